@@ -1,0 +1,91 @@
+"""Static tables between Allie's 1,968 absolute UCI moves and pgx's 4,672 side-relative actions.
+
+pgx numbers squares file-major (a1=0, a2=1, ..., h8=63) and mirrors the ranks when Black is to
+move, so a move's pgx action depends on the side to move. Queen promotions are plain queen-move
+actions in pgx (the pawn becomes a queen by itself), so the same pgx action is "a7a8" for a rook
+and "a7a8q" for a pawn: ``KIND`` tells the rules which piece test to apply when translating a mask.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pgx._src.games import chess as pgx_chess
+
+from allie_jax import vocab
+
+NUM_PGX_ACTIONS = 64 * 73  # 4672
+NO_ACTION = NUM_PGX_ACTIONS  # sentinel index of an always-False extra mask column
+
+KIND_NORMAL = 0  # not a promotion: illegal if a pawn would reach the last rank
+KIND_QUEEN_PROMOTION = 1  # legal only if the moving piece is a pawn
+KIND_UNDERPROMOTION = 2  # pgx underpromotion planes exist only for pawns
+
+
+def vocab_to_pgx_square(square: int, color: int) -> int:
+    """Our square (a1=0, b1=1, ...) to pgx's side-relative one (file-major, ranks mirrored for Black)."""
+    file, rank = square % 8, square // 8
+    if color == 1:
+        rank = 7 - rank
+    return file * 8 + rank
+
+
+def _build() -> dict[str, np.ndarray]:
+    to_plane = np.asarray(pgx_chess.TO_PLANE)
+    table = vocab.move_table()
+    kind = np.zeros(vocab.NUM_MOVES, np.int32)
+    kind[table[:, 2] == 1] = KIND_QUEEN_PROMOTION
+    kind[table[:, 2] >= 2] = KIND_UNDERPROMOTION
+    action = np.full((2, vocab.NUM_MOVES), NO_ACTION, np.int32)
+    from_sq = np.zeros((2, vocab.NUM_MOVES), np.int32)
+    to_last_rank = np.zeros((2, vocab.NUM_MOVES), bool)
+    for color in (0, 1):
+        for i, (frm, to, promo) in enumerate(table):
+            pf, pt = vocab_to_pgx_square(frm, color), vocab_to_pgx_square(to, color)
+            from_sq[color, i] = pf
+            to_last_rank[color, i] = pt % 8 == 7
+            if promo <= 1:
+                plane = to_plane[pf, pt]
+                if plane >= 0:
+                    action[color, i] = pf * 73 + plane
+            elif pf % 8 == 6 and pt % 8 == 7:
+                direction = {0: 0, 1: 1, -1: 2}[pt // 8 - pf // 8]
+                action[color, i] = pf * 73 + (promo - 2) * 3 + direction
+    # Inverse: pgx action -> our id, reading a last-rank pawn move as a queen promotion or not.
+    inverse = np.full((2, NUM_PGX_ACTIONS), -1, np.int32)
+    inverse_pawn = np.full((2, NUM_PGX_ACTIONS), -1, np.int32)
+    for color in (0, 1):
+        for i in range(vocab.NUM_MOVES):
+            a = action[color, i]
+            if a == NO_ACTION:
+                continue
+            if kind[i] == KIND_QUEEN_PROMOTION:
+                inverse_pawn[color, a] = i
+            elif kind[i] == KIND_UNDERPROMOTION:
+                inverse[color, a] = inverse_pawn[color, a] = i
+            else:
+                inverse[color, a] = i
+                if inverse_pawn[color, a] < 0:
+                    inverse_pawn[color, a] = i
+    return dict(
+        action=action,
+        kind=kind,
+        from_sq=from_sq,
+        to_last_rank=to_last_rank,
+        inverse=inverse,
+        inverse_pawn=inverse_pawn,
+    )
+
+
+_TABLES = _build()
+#: int32 [2, 1968]: pgx action of each of our moves, per side to move (NO_ACTION if none).
+VOCAB_TO_PGX: np.ndarray = _TABLES["action"]
+#: int32 [1968]: KIND_NORMAL / KIND_QUEEN_PROMOTION / KIND_UNDERPROMOTION.
+MOVE_KIND: np.ndarray = _TABLES["kind"]
+#: int32 [2, 1968]: pgx (side-relative) from-square of each move.
+MOVE_FROM_PGX: np.ndarray = _TABLES["from_sq"]
+#: bool [2, 1968]: the move lands on the mover's last rank.
+MOVE_TO_LAST_RANK: np.ndarray = _TABLES["to_last_rank"]
+#: int32 [2, 4672]: our id of a pgx action when the mover is not a pawn (-1 if none).
+PGX_TO_VOCAB: np.ndarray = _TABLES["inverse"]
+#: int32 [2, 4672]: our id of a pgx action when the mover is a pawn (last rank = "q" promotion).
+PGX_TO_VOCAB_PAWN: np.ndarray = _TABLES["inverse_pawn"]

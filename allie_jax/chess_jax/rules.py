@@ -1,0 +1,296 @@
+"""Chess rules for batches of positions inside ``jax.jit``, in Allie's 1,968-move vocabulary.
+
+Move generation and move application are pgx's (its side-relative board: the side to move is
+positive and sits on ranks 1-2); game end is ours so that it matches python-chess exactly:
+
+* ``rules="standard"``: checkmate, stalemate, insufficient material, threefold repetition and the
+  50-move rule all end the game (python-chess: ``is_checkmate() or is_stalemate() or
+  is_insufficient_material() or is_repetition(3) or halfmove_clock >= 100``).
+* ``rules="released"``: the released Allie's rule, ``is_game_over(claim_draw=False)``: mate,
+  stalemate, insufficient material, the 75-move rule and fivefold repetition only.
+
+Repetitions are counted from a ring buffer of 64-bit position keys that follow python-chess's
+notion of identity (pieces, side to move, castling rights, and the en passant square only when an
+en passant capture is legal). Only positions since the last capture or pawn move can repeat, and a
+game is over once that span reaches 100 (standard) or 150 (released) plies, so ``HISTORY`` = 150
+keys is exact for both rule sets while keeping a state at ~1.3 kB (it sits in every search node).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from pgx._src.games import chess as pgx_chess
+
+from allie_jax import vocab
+from allie_jax.chess_jax import mapping
+
+HISTORY = 150
+RULES = ("standard", "released")
+EMPTY, PAWN, KNIGHT, BISHOP, ROOK, QUEEN, KING = range(7)
+
+
+class ChessState(NamedTuple):
+    """A batch of positions (leading axis B), in pgx's side-relative coordinates.
+
+    ``board`` holds +piece for the side to move and -piece for the opponent, squares file-major
+    (a1=0, a2=1, ...) with the ranks mirrored when Black is to move.
+    """
+
+    board: jax.Array  # int8 [B, 64]
+    color: jax.Array  # int32 [B]: 0 White to move, 1 Black
+    castling: jax.Array  # bool [B, 2, 2]: [mover, opponent] x [queen side, king side]
+    en_passant: jax.Array  # int32 [B]: side-relative en passant target square, -1 if none
+    halfmove: jax.Array  # int32 [B]: plies since the last capture or pawn move
+    ply: jax.Array  # int32 [B]: plies played since the initial position
+    keys: jax.Array  # uint32 [B, HISTORY, 2]: position key of ply p at slot p % HISTORY
+    released: jax.Array  # bool [B]: game end by the released rule (75-move, fivefold)
+
+
+_rng = np.random.default_rng(20241003)
+_Z_BOARD = jnp.asarray(_rng.integers(0, 2**32, (64, 13, 2), dtype=np.uint32))
+_Z_COLOR = jnp.asarray(_rng.integers(0, 2**32, (2, 2), dtype=np.uint32))
+_Z_CASTLING = jnp.asarray(_rng.integers(0, 2**32, (4, 2), dtype=np.uint32))
+_Z_EP = jnp.asarray(_rng.integers(0, 2**32, (65, 2), dtype=np.uint32))  # index 64: none
+
+_VOCAB_TO_PGX = jnp.asarray(mapping.VOCAB_TO_PGX)
+_MOVE_KIND = jnp.asarray(mapping.MOVE_KIND)
+_MOVE_FROM = jnp.asarray(mapping.MOVE_FROM_PGX)
+_MOVE_TO_LAST = jnp.asarray(mapping.MOVE_TO_LAST_RANK)
+# pgx square (file-major) of dark squares: a1 is dark; (file + rank) even <=> dark.
+_DARK = jnp.asarray([(sq // 8 + sq % 8) % 2 == 0 for sq in range(64)])
+
+
+def _pgx_state(s: ChessState) -> pgx_chess.GameState:
+    """A pgx GameState view of one position (history fields are unused by the helpers we call)."""
+    return pgx_chess.GameState(
+        color=s.color,
+        board=s.board.astype(jnp.int32),
+        castling_rights=s.castling,
+        en_passant=s.en_passant,
+        halfmove_count=s.halfmove,
+        fullmove_count=jnp.int32(1),
+        hash_history=jnp.zeros((1, 2), jnp.uint32),
+        board_history=jnp.zeros((1, 64), jnp.int32),
+        legal_action_mask=jnp.zeros((1,), jnp.bool_),
+        step_count=s.ply,
+    )
+
+
+def _has_legal_en_passant(g: pgx_chess.GameState) -> jax.Array:
+    """Whether the mover has a legal en passant capture (python-chess keys the ep square on it)."""
+    to = g.en_passant
+
+    def legal(from_: jax.Array) -> jax.Array:
+        ok = (to >= 0) & (from_ >= 0) & (from_ < 64)
+        safe_from = jnp.clip(from_, 0, 63)
+        ok &= (g.board[safe_from] == PAWN) & (g.board[jnp.clip(to - 1, 0, 63)] == -PAWN)
+        after = pgx_chess._apply_move(g, pgx_chess.Action(from_=safe_from, to=to))
+        return ok & ~pgx_chess._is_checked(after)
+
+    return jax.vmap(legal)(jnp.stack([to - 9, to + 7])).any()
+
+
+def _position_key(g: pgx_chess.GameState) -> jax.Array:
+    """uint32 [2]: a Zobrist key of (pieces, side to move, castling rights, legal ep square)."""
+    key = jax.lax.reduce(
+        _Z_BOARD[jnp.arange(64), g.board + 6], jnp.uint32(0), jax.lax.bitwise_xor, (0,)
+    )
+    key ^= _Z_COLOR[g.color]
+    castle = jnp.where(g.castling_rights.reshape(4, 1), _Z_CASTLING, jnp.uint32(0))
+    key ^= jax.lax.reduce(castle, jnp.uint32(0), jax.lax.bitwise_xor, (0,))
+    ep = jnp.where(_has_legal_en_passant(g), g.en_passant, 64)
+    return key ^ _Z_EP[ep]
+
+
+def _flip(g: pgx_chess.GameState) -> pgx_chess.GameState:
+    """Hand the move to the other side: mirror ranks, negate pieces, swap castling rights."""
+    return g._replace(
+        board=-jnp.flip(g.board.reshape(8, 8), axis=1).reshape(64),
+        color=1 - g.color,
+        en_passant=pgx_chess._flip_pos(g.en_passant),
+        castling_rights=g.castling_rights[::-1],
+    )
+
+
+def _initial_one(released: jax.Array) -> ChessState:
+    g = pgx_chess.GameState()
+    keys = jnp.zeros((HISTORY, 2), jnp.uint32).at[0].set(_position_key(g))
+    return ChessState(
+        board=g.board.astype(jnp.int8),
+        color=jnp.int32(0),
+        castling=g.castling_rights,
+        en_passant=jnp.int32(-1),
+        halfmove=jnp.int32(0),
+        ply=jnp.int32(0),
+        keys=keys,
+        released=released,
+    )
+
+
+def _check_rules(rules: str) -> bool:
+    if rules not in RULES:
+        raise ValueError(f"rules must be one of {RULES}, got {rules!r}")
+    return rules == "released"
+
+
+def initial_state(batch_size: int, rules: str = "standard") -> ChessState:
+    """``batch_size`` copies of the starting position."""
+    if batch_size < 0:
+        raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+    released = jnp.full((batch_size,), _check_rules(rules))
+    return jax.vmap(_initial_one)(released)
+
+
+def _apply_one(s: ChessState, move_id: jax.Array) -> ChessState:
+    action = _VOCAB_TO_PGX[s.color, jnp.clip(move_id, 0, vocab.NUM_MOVES - 1)]
+    action = jnp.minimum(action, mapping.NUM_PGX_ACTIONS - 1)  # an illegal id must not crash
+    g = pgx_chess._apply_move(_pgx_state(s), pgx_chess.Action._from_label(action))
+    g = _flip(g)
+    ply = s.ply + 1
+    keys = s.keys.at[ply % HISTORY].set(_position_key(g))
+    return ChessState(
+        board=g.board.astype(jnp.int8),
+        color=g.color,
+        castling=g.castling_rights,
+        en_passant=g.en_passant,
+        halfmove=g.halfmove_count,
+        ply=ply,
+        keys=keys,
+        released=s.released,
+    )
+
+
+def _legal_mask_one(s: ChessState) -> jax.Array:
+    pgx_mask = pgx_chess._legal_action_mask(_pgx_state(s))
+    pgx_mask = jnp.concatenate([pgx_mask, jnp.zeros((1,), jnp.bool_)])  # NO_ACTION column
+    legal = pgx_mask[_VOCAB_TO_PGX[s.color]]
+    pawn = s.board[_MOVE_FROM[s.color]] == PAWN
+    promoting = pawn & _MOVE_TO_LAST[s.color]
+    piece_ok = jnp.where(
+        _MOVE_KIND == mapping.KIND_NORMAL,
+        ~promoting,
+        jnp.where(_MOVE_KIND == mapping.KIND_QUEEN_PROMOTION, pawn, True),
+    )
+    return legal & piece_ok
+
+
+def _insufficient_material(board: jax.Array) -> jax.Array:
+    """python-chess's ``is_insufficient_material`` (both sides unable to mate)."""
+    piece = jnp.abs(board)
+    bishops = piece == BISHOP
+    any_knight = (piece == KNIGHT).any()
+    any_pawn = (piece == PAWN).any()
+    bishops_same_colour = ~(bishops & _DARK).any() | ~(bishops & ~_DARK).any()
+
+    def side(sign: int) -> jax.Array:
+        mine = sign * board > 0
+        theirs = sign * board < 0
+        heavy = (mine & ((piece == PAWN) | (piece == ROOK) | (piece == QUEEN))).any()
+        my_knight = (mine & (piece == KNIGHT)).any()
+        my_bishop = (mine & bishops).any()
+        knight_ok = (mine.sum() <= 2) & ~(theirs & (piece != KING) & (piece != QUEEN)).any()
+        bishop_ok = bishops_same_colour & ~any_pawn & ~any_knight
+        return ~heavy & jnp.where(my_knight, knight_ok, jnp.where(my_bishop, bishop_ok, True))
+
+    return side(1) & side(-1)
+
+
+def _repetitions(s: ChessState) -> jax.Array:
+    """How many times the current position has occurred since the last capture or pawn move."""
+    slots = jnp.arange(HISTORY)
+    age = (s.ply - slots) % HISTORY
+    window = (age >= 1) & (age <= s.halfmove) & (age <= s.ply)
+    current = s.keys[s.ply % HISTORY]
+    same = (s.keys == current).all(axis=-1)
+    return 1 + (window & same).sum()
+
+
+def _outcome_one(s: ChessState, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    g = _pgx_state(s)
+    no_moves = ~mask.any()
+    mate = no_moves & pgx_chess._is_checked(g)
+    reps = _repetitions(s)
+    draw_rule = jnp.where(
+        s.released,
+        (s.halfmove >= 150) | (reps >= 5),
+        (s.halfmove >= 100) | (reps >= 3),
+    )
+    done = no_moves | _insufficient_material(g.board) | draw_rule
+    loser_sign = jnp.where(s.color == 0, -1.0, 1.0)  # the mated side is the side to move
+    result = jnp.where(mate, loser_sign, 0.0).astype(jnp.float32)
+    return done, result
+
+
+@jax.jit
+def apply(state: ChessState, move_ids: jax.Array) -> ChessState:
+    """Play ``move_ids`` int32 [B] (must be legal; an illegal id gives an unspecified position)."""
+    return jax.vmap(_apply_one)(state, move_ids.astype(jnp.int32))
+
+
+@jax.jit
+def legal_mask(state: ChessState) -> jax.Array:
+    """bool [B, 1968]: the legal moves of each position."""
+    return jax.vmap(_legal_mask_one)(state)
+
+
+@jax.jit
+def outcome(state: ChessState, mask: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """(done bool [B], result_white float32 [B]: +1 White mated Black, -1 the reverse, else 0).
+
+    Pass ``mask`` (``legal_mask(state)``) when you already have it, to skip recomputing it.
+    """
+    if mask is None:
+        mask = legal_mask(state)
+    return jax.vmap(_outcome_one)(state, mask)
+
+
+@jax.jit
+def white_to_move(state: ChessState) -> jax.Array:
+    """bool [B]."""
+    return state.color == 0
+
+
+@jax.jit
+def is_check(state: ChessState) -> jax.Array:
+    """bool [B]: the side to move is in check."""
+    return jax.vmap(lambda s: pgx_chess._is_checked(_pgx_state(s)))(state)
+
+
+@jax.jit
+def _replay(state: ChessState, move_ids: jax.Array, lengths: jax.Array) -> ChessState:
+    def step(s: ChessState, xs: tuple[jax.Array, jax.Array]) -> tuple[ChessState, None]:
+        t, ids = xs
+        moved = apply(s, ids)
+        active = t < lengths
+        s = jax.tree.map(
+            lambda new, old: jnp.where(active.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+            moved,
+            s,
+        )
+        return s, None
+
+    steps = jnp.arange(move_ids.shape[1], dtype=jnp.int32)
+    state, _ = jax.lax.scan(step, state, (steps, move_ids.T))
+    return state
+
+
+def replay(move_ids: jax.Array, lengths: jax.Array, rules: str = "standard") -> ChessState:
+    """Positions after the first ``lengths[b]`` moves of each row of ``move_ids`` int32 [B, T].
+
+    Replaying the whole game (rather than setting up a FEN) is what gives repetition history.
+    The moves must be legal; entries past a row's length are ignored.
+    """
+    move_ids = jnp.asarray(move_ids)
+    lengths = jnp.asarray(lengths)
+    if move_ids.ndim != 2:
+        raise ValueError(f"move_ids must be [B, T], got shape {move_ids.shape}")
+    if lengths.shape != move_ids.shape[:1]:
+        raise ValueError(f"lengths must be [B]={move_ids.shape[:1]}, got shape {lengths.shape}")
+    if not jnp.issubdtype(move_ids.dtype, jnp.integer):
+        raise ValueError(f"move_ids must be integers, got {move_ids.dtype}")
+    state = initial_state(move_ids.shape[0], rules)
+    return _replay(state, move_ids.astype(jnp.int32), lengths.astype(jnp.int32))

@@ -1,0 +1,96 @@
+"""Model hyper-parameters: one frozen dataclass, JSON round-trippable, with the paper's named sizes.
+
+The GPT-2 sizes keep GPT-2's 1,024 learned positions (``max_len``) even though games are at most
+512 tokens: the released Allie kept them, and its parameter count (305.4M for ``allie_medium``)
+only adds up with 1,024 rows, so its checkpoint only loads with them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import jax.numpy as jnp
+
+from allie_jax import vocab
+
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """A GPT-2 decoder with Allie's soft Elo tokens and value / time heads."""
+
+    vocab_size: int = vocab.VOCAB_SIZE  # 1997 rows; ids >= vocab_size are Elo ratings
+    num_layers: int = 2
+    embed_dim: int = 64
+    num_heads: int = 4
+    mlp_dim: int | None = None  # None: 4 × embed_dim, as GPT-2
+    max_len: int = 512  # rows of the learned position table
+    dropout: float = 0.1  # embedding and residual dropout (training only)
+    layer_norm_eps: float = 1e-5
+    dtype: str = "float32"  # computation dtype; "bfloat16" for accelerators
+    param_dtype: str = "float32"
+    attention_impl: str | None = None  # jax.nn.dot_product_attention implementation (None/xla/cudnn)
+    remat: bool = False  # rematerialise each block in the backward pass (saves activation memory)
+
+    def __post_init__(self) -> None:
+        if self.embed_dim % self.num_heads:
+            raise ValueError(
+                f"embed_dim {self.embed_dim} is not divisible by num_heads {self.num_heads}"
+            )
+        for field in ("dtype", "param_dtype"):
+            if getattr(self, field) not in _DTYPES:
+                raise ValueError(f"{field}={getattr(self, field)!r}: expected one of {list(_DTYPES)}")
+        if self.attention_impl not in (None, "xla", "cudnn"):
+            raise ValueError(f"attention_impl={self.attention_impl!r}: expected None, xla or cudnn")
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
+
+    @property
+    def hidden_dim(self) -> int:
+        return self.mlp_dim or 4 * self.embed_dim
+
+    @property
+    def compute_dtype(self) -> Any:
+        return _DTYPES[self.dtype]
+
+    @property
+    def parameter_dtype(self) -> Any:
+        return _DTYPES[self.param_dtype]
+
+    @classmethod
+    def named(cls, name: str, **overrides: Any) -> ModelConfig:
+        """A named size (``tiny``, ``allie_124m``, ``allie_medium``, ``allie_large``) plus overrides."""
+        try:
+            base = NAMED_SIZES[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown model size {name!r}; expected one of {sorted(NAMED_SIZES)}"
+            ) from None
+        return cls(**{**base, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown ModelConfig fields: {sorted(unknown)}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+NAMED_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": dict(num_layers=2, embed_dim=64, num_heads=4, max_len=512),
+    "allie_124m": dict(num_layers=12, embed_dim=768, num_heads=12, max_len=1024),  # gpt2
+    "allie_medium": dict(num_layers=24, embed_dim=1024, num_heads=16, max_len=1024),  # gpt2-medium
+    "allie_large": dict(num_layers=36, embed_dim=1280, num_heads=20, max_len=1024),  # gpt2-large
+}

@@ -1,0 +1,345 @@
+"""Allie: a GPT-2 decoder over move tokens, soft Elo tokens, and value / time heads (Flax NNX).
+
+Layout choices, and why:
+- Attention weights are stored per head (``[embed, heads, head_dim]``) rather than GPT-2's fused
+  ``c_attn`` so that sharding the ``heads`` axis never splits a query/key/value boundary; the
+  converters reshape GPT-2's fused matrices.
+- Every path (whole games, KV-cache extension, search paths) runs the same blocks; they differ
+  only in which keys a query may see, so they agree to float32 rounding.
+- Attention goes through ``jax.nn.dot_product_attention`` with an explicit boolean mask, which
+  expresses causal + per-game (segment) masking for packed rows, cache lengths and search paths.
+- Dropout is applied to the embeddings and the residual branches (GPT-2's ``embd_pdrop`` and
+  ``resid_pdrop``); fused attention has no dropout on the attention probabilities.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from allie_jax import vocab
+from allie_jax.model import sharding as sh
+from allie_jax.model.config import ModelConfig
+from allie_jax.model.kv_cache import KVCache
+
+Array = jax.Array
+
+
+@flax.struct.dataclass
+class ModelOutputs:
+    """Per-position predictions; ``time`` is normalised (seconds via game.denormalize_think_time)."""
+
+    policy_logits: Array  # float32 [B, T, vocab_size]
+    time: Array  # float32 [B, T]
+    value: Array  # float32 [B, T], tanh, White's view
+
+
+def _param(
+    rngs: nnx.Rngs,
+    init,
+    shape: Sequence[int],
+    names: sh.AxisNames,
+    dtype,
+) -> nnx.Param:
+    """A parameter tagged with logical axis names (no eager sharding: the mesh is the trainer's)."""
+    return nnx.Param(
+        init(rngs.params(), tuple(shape), dtype),
+        out_sharding=tuple(names),
+        eager_sharding=False,
+    )
+
+
+_normal = jax.nn.initializers.normal
+_zeros = jax.nn.initializers.zeros
+_ones = jax.nn.initializers.ones
+
+
+class LayerNorm(nnx.Module):
+    """GPT-2 LayerNorm, statistics in float32 whatever the computation dtype."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        d, pd = cfg.embed_dim, cfg.parameter_dtype
+        self.scale = _param(rngs, _ones, (d,), (sh.EMBED,), pd)
+        self.bias = _param(rngs, _zeros, (d,), (sh.EMBED,), pd)
+        self.eps = cfg.layer_norm_eps
+        self.dtype = cfg.compute_dtype
+
+    def __call__(self, x: Array) -> Array:
+        x32 = x.astype(jnp.float32)
+        mean = x32.mean(-1, keepdims=True)
+        var = jnp.square(x32 - mean).mean(-1, keepdims=True)
+        y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
+        y = y * self.scale[...].astype(jnp.float32) + self.bias[...].astype(jnp.float32)
+        return y.astype(self.dtype)
+
+
+class Attention(nnx.Module):
+    """Multi-head attention; projection and attention are split so callers choose the keys."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        d, n, h, pd = cfg.embed_dim, cfg.num_heads, cfg.head_dim, cfg.parameter_dtype
+        w = _normal(0.02)
+        self.query = _param(rngs, w, (d, n, h), (sh.EMBED, sh.HEADS, sh.HEAD_DIM), pd)
+        self.key = _param(rngs, w, (d, n, h), (sh.EMBED, sh.HEADS, sh.HEAD_DIM), pd)
+        self.value = _param(rngs, w, (d, n, h), (sh.EMBED, sh.HEADS, sh.HEAD_DIM), pd)
+        self.query_bias = _param(rngs, _zeros, (n, h), (sh.HEADS, sh.HEAD_DIM), pd)
+        self.key_bias = _param(rngs, _zeros, (n, h), (sh.HEADS, sh.HEAD_DIM), pd)
+        self.value_bias = _param(rngs, _zeros, (n, h), (sh.HEADS, sh.HEAD_DIM), pd)
+        # GPT-2 scales residual projections by 1/sqrt(2 · layers) at init.
+        w_out = _normal(0.02 / math.sqrt(2 * cfg.num_layers))
+        self.out = _param(rngs, w_out, (n, h, d), (sh.HEADS, sh.HEAD_DIM, sh.EMBED), pd)
+        self.out_bias = _param(rngs, _zeros, (d,), (sh.EMBED,), pd)
+        self.dtype = cfg.compute_dtype
+        self.impl = cfg.attention_impl
+
+    def project(self, x: Array) -> tuple[Array, Array, Array]:
+        """Queries, keys, values ``[B, T, heads, head_dim]``."""
+        dt = self.dtype
+
+        def proj(w: nnx.Param, b: nnx.Param) -> Array:
+            y = jnp.einsum("btd,dnh->btnh", x, w[...].astype(dt)) + b[...].astype(dt)
+            return sh.constrain(y, (sh.BATCH, sh.LENGTH, sh.HEADS, sh.HEAD_DIM))
+
+        return (
+            proj(self.query, self.query_bias),
+            proj(self.key, self.key_bias),
+            proj(self.value, self.value_bias),
+        )
+
+    def attend(self, q: Array, k: Array, v: Array, mask: Array) -> Array:
+        """``mask``: bool ``[B, 1, T, S]``, True where query t may see key s."""
+        dt = self.dtype
+        out = jax.nn.dot_product_attention(
+            q, k.astype(dt), v.astype(dt), mask=mask, implementation=self.impl
+        )
+        y = jnp.einsum("btnh,nhd->btd", out, self.out[...].astype(dt))
+        return y + self.out_bias[...].astype(dt)
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        d, f, pd = cfg.embed_dim, cfg.hidden_dim, cfg.parameter_dtype
+        self.fc = _param(rngs, _normal(0.02), (d, f), (sh.EMBED, sh.MLP), pd)
+        self.fc_bias = _param(rngs, _zeros, (f,), (sh.MLP,), pd)
+        w_out = _normal(0.02 / math.sqrt(2 * cfg.num_layers))
+        self.proj = _param(rngs, w_out, (f, d), (sh.MLP, sh.EMBED), pd)
+        self.proj_bias = _param(rngs, _zeros, (d,), (sh.EMBED,), pd)
+        self.dtype = cfg.compute_dtype
+
+    def __call__(self, x: Array) -> Array:
+        dt = self.dtype
+        h = x @ self.fc[...].astype(dt) + self.fc_bias[...].astype(dt)
+        h = sh.constrain(jax.nn.gelu(h, approximate=True), (sh.BATCH, sh.LENGTH, sh.MLP))
+        return h @ self.proj[...].astype(dt) + self.proj_bias[...].astype(dt)
+
+
+class Block(nnx.Module):
+    """Pre-LN GPT-2 block."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.ln_1 = LayerNorm(cfg, rngs)
+        self.attn = Attention(cfg, rngs)
+        self.ln_2 = LayerNorm(cfg, rngs)
+        self.mlp = MLP(cfg, rngs)
+        self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
+
+    def attention_inputs(self, x: Array) -> tuple[Array, Array, Array]:
+        return self.attn.project(self.ln_1(x))
+
+    def finish(
+        self, x: Array, q: Array, k: Array, v: Array, mask: Array, deterministic: bool
+    ) -> Array:
+        """The rest of the block once the caller has chosen the keys ``k, v`` and their mask."""
+        x = x + self.dropout(self.attn.attend(q, k, v, mask), deterministic=deterministic)
+        x = x + self.dropout(self.mlp(self.ln_2(x)), deterministic=deterministic)
+        return sh.constrain(x, (sh.BATCH, sh.LENGTH, sh.EMBED))
+
+    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+        q, k, v = self.attention_inputs(x)
+        return self.finish(x, q, k, v, mask, deterministic)
+
+
+def positions_from_segments(segment_ids: Array) -> Array:
+    """Positions restarting at 0 wherever the segment id changes (packed rows)."""
+    t = jnp.arange(segment_ids.shape[1], dtype=jnp.int32)[None, :]
+    prev = jnp.concatenate([segment_ids[:, :1] - 1, segment_ids[:, :-1]], axis=1)
+    start = jnp.where(segment_ids != prev, t, 0)
+    return t - jax.lax.cummax(start, axis=1)
+
+
+class AllieModel(nnx.Module):
+    """GPT-2 + soft Elo tokens + policy (tied) / value (tanh) / think-time heads."""
+
+    def __init__(self, config: ModelConfig, rngs: nnx.Rngs | None = None):
+        rngs = rngs if rngs is not None else nnx.Rngs(0)
+        cfg = self.config = config
+        d, pd = cfg.embed_dim, cfg.parameter_dtype
+        self.wte = _param(rngs, _normal(0.02), (cfg.vocab_size, d), (sh.VOCAB, sh.EMBED), pd)
+        self.wpe = _param(rngs, _normal(0.01), (cfg.max_len, d), (None, sh.EMBED), pd)
+        # Row 0 is the strong end (weight a), row 1 the weak end (1 − a), as in the released code.
+        self.elo_embed = _param(rngs, _normal(0.02), (2, d), (None, sh.EMBED), pd)
+        self.embed_dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
+        self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
+        self.ln_f = LayerNorm(cfg, rngs)
+        self.value_head = _param(rngs, _normal(0.02), (d, 1), (sh.EMBED, None), pd)
+        self.value_bias = _param(rngs, _zeros, (1,), (None,), pd)
+        self.time_head = _param(rngs, _normal(0.02), (d, 1), (sh.EMBED, None), pd)
+        self.time_bias = _param(rngs, _zeros, (1,), (None,), pd)
+
+    # ------------------------------------------------------------------ pieces shared by all paths
+    def embed(self, tokens: Array, positions: Array, deterministic: bool = True) -> Array:
+        """Token (or soft Elo) embedding plus learned position; Elo ids are ``elo + vocab_size``."""
+        cfg = self.config
+        tokens = tokens.astype(jnp.int32)
+        tok = self.wte[...][jnp.clip(tokens, 0, cfg.vocab_size - 1)]
+        a = (jnp.clip(tokens - cfg.vocab_size, vocab.MIN_ELO, vocab.MAX_ELO) - vocab.MIN_ELO) / (
+            vocab.MAX_ELO - vocab.MIN_ELO
+        )
+        a = a.astype(jnp.float32)[..., None]
+        strong, weak = self.elo_embed[...][0], self.elo_embed[...][1]
+        elo = a * strong + (1.0 - a) * weak
+        x = jnp.where((tokens >= cfg.vocab_size)[..., None], elo, tok)
+        x = x + self.wpe[...][jnp.clip(positions, 0, cfg.max_len - 1)]
+        x = self.embed_dropout(x, deterministic=deterministic)
+        return sh.constrain(x.astype(cfg.compute_dtype), (sh.BATCH, sh.LENGTH, sh.EMBED))
+
+    def heads(self, x: Array) -> ModelOutputs:
+        """Final LayerNorm, tied policy logits and the two scalar heads, all returned in float32."""
+        h = self.ln_f(x)
+        logits = jnp.einsum(
+            "btd,vd->btv",
+            h,
+            self.wte[...].astype(h.dtype),
+            preferred_element_type=jnp.float32,
+        )
+        logits = sh.constrain(logits, (sh.BATCH, sh.LENGTH, sh.VOCAB))
+        h32 = h.astype(jnp.float32)
+        value = jnp.tanh(h32 @ self.value_head[...] + self.value_bias[...])[..., 0]
+        time = (h32 @ self.time_head[...] + self.time_bias[...])[..., 0]
+        return ModelOutputs(policy_logits=logits, time=time, value=value)
+
+    # ------------------------------------------------------------------ (a) whole games
+    def __call__(
+        self,
+        tokens: Array,
+        *,
+        positions: Array | None = None,
+        segment_ids: Array | None = None,
+        deterministic: bool = True,
+    ) -> ModelOutputs:
+        """One causal pass; with ``segment_ids`` packed games never attend to each other."""
+        b, t = tokens.shape
+        if segment_ids is None:
+            segment_ids = jnp.ones((b, t), jnp.int32)
+            if positions is None:
+                positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+        elif positions is None:
+            positions = positions_from_segments(segment_ids)
+        causal = jnp.tril(jnp.ones((t, t), bool))
+        same = segment_ids[:, :, None] == segment_ids[:, None, :]
+        mask = (causal[None] & same)[:, None]
+        x = self.embed(tokens, positions, deterministic)
+
+        def run_block(block: Block, x: Array) -> Array:
+            return block(x, mask, deterministic)
+
+        if self.config.remat:
+            run_block = nnx.remat(run_block)
+        for block in self.blocks:
+            x = run_block(block, x)
+        return self.heads(x)
+
+    # ------------------------------------------------------------------ (b) KV cache
+    def init_cache(self, batch_size: int, max_len: int | None = None, dtype=None) -> KVCache:
+        cfg = self.config
+        return KVCache.zeros(
+            num_layers=cfg.num_layers,
+            batch_size=batch_size,
+            max_len=max_len or cfg.max_len,
+            num_heads=cfg.num_heads,
+            head_dim=cfg.head_dim,
+            dtype=dtype or cfg.compute_dtype,
+        )
+
+    def extend(
+        self, tokens: Array, cache: KVCache, num_new: Array | None = None
+    ) -> tuple[ModelOutputs, KVCache]:
+        """Append each row's first ``num_new[b]`` tokens at positions ``length[b]...``.
+
+        Outputs at columns ``>= num_new[b]`` are meaningless (their keys are never written).
+        Writes past the cache's end are dropped rather than clamped onto earlier entries.
+        """
+        b, s = tokens.shape
+        m = cache.max_len
+        if num_new is None:
+            num_new = jnp.full((b,), s, jnp.int32)
+        num_new = jnp.asarray(num_new, jnp.int32)
+        offsets = jnp.arange(s, dtype=jnp.int32)[None, :]
+        positions = cache.length[:, None] + offsets  # [B, S]
+        write = jnp.where(offsets < num_new[:, None], positions, m)  # m: out of bounds -> dropped
+        rows = jnp.arange(b)[:, None]
+        mask = (jnp.arange(m)[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, S, M]
+        x = self.embed(tokens, positions)
+        ks, vs = cache.k, cache.v
+        for i, block in enumerate(self.blocks):
+            q, k, v = block.attention_inputs(x)
+            ks = ks.at[i, rows, write].set(k.astype(ks.dtype), mode="drop")
+            vs = vs.at[i, rows, write].set(v.astype(vs.dtype), mode="drop")
+            x = block.finish(x, q, ks[i], vs[i], mask, True)
+        return self.heads(x), KVCache(ks, vs, cache.length + num_new)
+
+    def extend_with_path(
+        self,
+        tokens: Array,
+        root_cache: KVCache,
+        path_k: Array,
+        path_v: Array,
+        path_len: Array,
+    ) -> tuple[ModelOutputs, Array, Array]:
+        """Evaluate ``tokens`` after root prefix + per-row path, writing nothing to the root.
+
+        Position of token i in row b: ``root.length[b] + path_len[b] + i``. Returns the new keys
+        and values ``[num_layers, B, S, heads, head_dim]`` so the caller can grow the path.
+        """
+        b, s = tokens.shape
+        m, p = root_cache.max_len, path_k.shape[2]
+        path_len = jnp.asarray(path_len, jnp.int32)
+        positions = (root_cache.length + path_len)[:, None] + jnp.arange(s, dtype=jnp.int32)[None]
+        root_mask = jnp.arange(m)[None, :] < root_cache.length[:, None]  # [B, M]
+        path_mask = jnp.arange(p)[None, :] < path_len[:, None]  # [B, P]
+        self_mask = jnp.tril(jnp.ones((s, s), bool))
+        mask = jnp.concatenate(
+            [
+                jnp.broadcast_to(root_mask[:, None, :], (b, s, m)),
+                jnp.broadcast_to(path_mask[:, None, :], (b, s, p)),
+                jnp.broadcast_to(self_mask[None], (b, s, s)),
+            ],
+            axis=-1,
+        )[:, None]
+        x = self.embed(tokens, positions)
+        new_k, new_v = [], []
+        for i, block in enumerate(self.blocks):
+            q, k, v = block.attention_inputs(x)
+            dt = q.dtype
+            keys = jnp.concatenate(
+                [root_cache.k[i].astype(dt), path_k[i].astype(dt), k], axis=1
+            )
+            values = jnp.concatenate(
+                [root_cache.v[i].astype(dt), path_v[i].astype(dt), v], axis=1
+            )
+            x = block.finish(x, q, keys, values, mask, True)
+            new_k.append(k.astype(root_cache.k.dtype))
+            new_v.append(v.astype(root_cache.v.dtype))
+        return self.heads(x), jnp.stack(new_k), jnp.stack(new_v)
+
+
+def count_params(config: ModelConfig) -> int:
+    """Number of parameters, computed from shapes only (nothing is allocated)."""
+    abstract = nnx.eval_shape(lambda: AllieModel(config, rngs=nnx.Rngs(0)))
+    leaves = jax.tree.leaves(nnx.state(abstract, nnx.Param))
+    return int(sum(math.prod(x.shape) for x in leaves))

@@ -1,0 +1,118 @@
+"""Checkpoints that never lose work: the last K steps (with the data iterator) plus the best one.
+
+Layout of a training workdir::
+
+    WORKDIR/config.json            model config (so a checkpoint loads without the training config)
+    WORKDIR/checkpoints/<step>/    params, train state (optimizer, RNG, step), data iterator state
+    WORKDIR/best/<step>/           params and train state of the lowest validation loss so far
+
+Two managers, because Orbax's ``best_fn`` replaces "keep the last K" rather than adding to it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import grain
+import jax
+import orbax.checkpoint as ocp
+from flax import nnx
+
+from allie_jax.train.state import TrainState
+
+
+def _state_items(state: TrainState) -> dict[str, Any]:
+    return {
+        "params": nnx.to_pure_dict(state.params),
+        "train_state": {
+            "step": state.step,
+            "rest": nnx.to_pure_dict(state.rest),
+            "opt_state": state.opt_state,
+        },
+    }
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        workdir: str | pathlib.Path,
+        *,
+        keep: int = 3,
+        save_every: int = 1000,
+        async_save: bool = True,
+    ):
+        workdir = pathlib.Path(workdir).absolute()
+        self.latest = ocp.CheckpointManager(
+            workdir / "checkpoints",
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=keep,
+                save_interval_steps=save_every,
+                enable_async_checkpointing=async_save,
+                create=True,
+            ),
+        )
+        self.best = ocp.CheckpointManager(
+            workdir / "best",
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=1,
+                best_fn=lambda metrics: metrics["loss"],
+                best_mode="min",
+                enable_async_checkpointing=async_save,
+                create=True,
+            ),
+        )
+        self.best_loss = float("inf")
+        if self.best.latest_step() is not None:
+            metrics = self.best.metrics(self.best.latest_step()) or {}
+            self.best_loss = float(metrics.get("loss", float("inf")))
+
+    def latest_step(self) -> int | None:
+        return self.latest.latest_step()
+
+    def save(self, state: TrainState, data_iterator=None, *, force: bool = False) -> bool:
+        step = int(jax.device_get(state.step))
+        items = {k: ocp.args.StandardSave(v) for k, v in _state_items(state).items()}
+        if data_iterator is not None:
+            items["data"] = grain.checkpoint.CheckpointSave(data_iterator)
+        return self.latest.save(step, args=ocp.args.Composite(**items), force=force)
+
+    def save_if_best(self, state: TrainState, val_loss: float) -> bool:
+        if not val_loss < self.best_loss:
+            return False
+        self.best_loss = val_loss
+        step = int(jax.device_get(state.step))
+        items = {k: ocp.args.StandardSave(v) for k, v in _state_items(state).items()}
+        return self.best.save(
+            step, args=ocp.args.Composite(**items), metrics={"loss": float(val_loss)}, force=True
+        )
+
+    def restore(self, abstract_state: TrainState, data_iterator=None, step: int | None = None):
+        """Restore into the shapes/shardings of ``abstract_state``; returns the new TrainState."""
+        step = self.latest.latest_step() if step is None else step
+        target = _state_items(abstract_state)
+        abstract = jax.tree.map(
+            lambda x: ocp.utils.to_shape_dtype_struct(x) if hasattr(x, "shape") else x, target
+        )
+        items = {k: ocp.args.StandardRestore(v) for k, v in abstract.items()}
+        if data_iterator is not None:
+            items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
+        restored = self.latest.restore(step, args=ocp.args.Composite(**items))
+        params = abstract_state.params
+        nnx.replace_by_pure_dict(params, restored["params"])
+        rest = abstract_state.rest
+        nnx.replace_by_pure_dict(rest, restored["train_state"]["rest"])
+        return TrainState(
+            step=restored["train_state"]["step"],
+            params=params,
+            rest=rest,
+            opt_state=restored["train_state"]["opt_state"],
+        )
+
+    def wait(self) -> None:
+        self.latest.wait_until_finished()
+        self.best.wait_until_finished()
+
+    def close(self) -> None:
+        self.latest.close()
+        self.best.close()

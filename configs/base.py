@@ -1,0 +1,57 @@
+"""Defaults shared by every training config; each named config overrides what differs."""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+
+    config.model = ml_collections.ConfigDict()
+    config.model.name = "tiny"  # a ModelConfig.named() size
+    config.model.dtype = "float32"  # computation dtype; parameters stay float32
+    config.model.dropout = 0.1
+    # An OpenAI GPT-2 model.safetensors to start from (SPEC §2), or "" for random init.
+    config.model.init_from_gpt2 = ""
+
+    config.data = ml_collections.ConfigDict()
+    config.data.data_dir = ""  # output of `python -m launch.prepare_data`
+    config.data.seq_len = 512
+    config.data.augment = True
+    config.data.seed = 0
+
+    config.train = ml_collections.ConfigDict()
+    config.train.seed = 0
+    config.train.steps = 1000
+    config.train.batch_size = 16  # rows of seq_len tokens per optimizer step (global)
+    config.train.grad_accum = 1  # micro-batches per step; batch_size must divide by it
+    config.train.learning_rate = 6e-4
+    config.train.min_learning_rate = 1e-5
+    config.train.warmup_steps = 100
+    config.train.decay_steps = 0  # cosine length; 0 = train.steps
+    config.train.b1 = 0.9
+    config.train.b2 = 0.95
+    config.train.weight_decay = 0.01  # on matrices only
+    config.train.grad_clip = 1.0
+    config.train.loss_weights = (1.0, 1.0, 1.0)  # policy, time, value
+
+    config.train.log_every = 10
+    config.train.eval_every = 200
+    config.train.eval_batches = 8
+    config.train.checkpoint_every = 200
+    config.train.keep_checkpoints = 3
+    config.train.async_checkpoints = True
+
+    # Mesh axes (data, fsdp, tensor); -1 takes the remaining devices.
+    config.mesh = ml_collections.ConfigDict()
+    config.mesh.data = -1
+    config.mesh.fsdp = 1
+    config.mesh.tensor = 1
+
+    config.distributed = ml_collections.ConfigDict()
+    config.distributed.initialize = False  # call jax.distributed.initialize() (multi-host)
+    config.distributed.coordinator_address = ""
+    config.distributed.num_processes = 0
+    config.distributed.process_id = -1
+    return config
