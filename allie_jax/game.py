@@ -115,9 +115,12 @@ def encode_game(
     return enc
 
 
-def normalize_think_time(seconds: np.ndarray) -> np.ndarray:
-    """The time head's regression target: clip to [0, 60] s, then standardise (SPEC §1)."""
-    return (np.clip(seconds, 0.0, 60.0) - TIME_MEAN) / TIME_STD
+def normalize_think_time(seconds):
+    """The time head's regression target: clip to [0, 60] s, then standardise (SPEC §1).
+
+    Uses the array's own ``clip`` so it works on numpy and jax arrays (inside jit) alike.
+    """
+    return (seconds.clip(0.0, 60.0) - TIME_MEAN) / TIME_STD
 
 
 def denormalize_think_time(normalized):

@@ -144,18 +144,14 @@ _RESULT_END_RE = re.compile(r"(?:1-0|0-1|1/2-1/2|\*)\s*$")
 
 
 def _brace_delta(line: str, depth: int) -> int:
-    """Comment depth after ``line`` ({...} comments do not nest in PGN; ; runs to end of line)."""
-    if "{" not in line and "}" not in line and depth == 0:
-        return 0
-    for ch in line:
-        if depth:
-            if ch == "}":
-                depth = 0
-        elif ch == "{":
-            depth = 1
-        elif ch == ";":
-            break
-    return depth
+    """Comment depth (0 or 1: {...} comments do not nest in PGN) after ``line``."""
+    if depth:
+        close = line.find("}")
+        if close < 0:
+            return 1
+        line = line[close + 1 :]
+    opened = line.rfind("{")
+    return 1 if opened >= 0 and line.find("}", opened) < 0 else 0
 
 
 class RawGame:
@@ -229,26 +225,96 @@ def _result_is_token(line: str) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Parsing one game
 
-_TOKEN_RE = re.compile(
-    r"""
-    (?P<comment>\{[^}]*\})
-  | (?P<san>(?:[NBRQK]?[a-h]?[1-8]?x?[a-h][1-8](?:=?[NBRQnbrq])?|O-O-O|O-O|0-0-0|0-0)[+#]?)
-      [!?]{0,2}(?=[\s{}();$]|$)
-  | (?P<number>\d+\s*\.+)
-  | (?P<result>(?:1-0|0-1|1/2-1/2|\*)(?=[\s{}();]|$))
-  | (?P<nag>\$\d+)
-  | (?P<open>\()
-  | (?P<close>\))
-  | (?P<line_comment>;[^\n]*)
-  | (?P<space>\s+)
-  | (?P<other>\S+?(?=[\s{}()]|$))
-    """,
-    re.VERBOSE,
-)
+# Move text splits into comments, parentheses, line comments and whitespace-separated words;
+# words are then told apart by their first character (cheaper than one regex group per kind).
+_WORD_RE = re.compile(r"\{[^}]*\}?|;[^\n]*|[()]|[^\s{}();]+")
+_NUMBER_RE = re.compile(r"^\d+\.+")
+_RESULT_TOKENS = frozenset(("1-0", "0-1", "1/2-1/2", "*"))
 _CLK_RE = re.compile(r"\[%clk\s+(\d+):(\d{1,2}):(\d{1,2}(?:\.\d*)?)\s*\]")
 _TC_RE = re.compile(r"^(\d+)(?:\+(\d+))?$")
 _ELO_RE = re.compile(r"^\d{1,4}$")
 _RESULTS = {"1-0": 1.0, "0-1": -1.0, "1/2-1/2": 0.0}
+
+
+_SAN_RE = re.compile(
+    r"^(?:[NBRQK]?[a-h]?[1-8]?x?[a-h][1-8](?:=?[NBRQnbrq])?|O-O-O|O-O|0-0-0|0-0)[+#]?$"
+)
+_SAN_PARTS_RE = re.compile(r"^([NBRQK])?([a-h])?([1-8])?x?([a-h][1-8])(?:=?([NBRQnbrq]))?[+#]?$")
+_PIECE_TYPES = {"N": chess.KNIGHT, "B": chess.BISHOP, "R": chess.ROOK, "Q": chess.QUEEN, "K": chess.KING}
+_PROMOTIONS = {c: chess.PIECE_SYMBOLS.index(c.lower()) for c in "NBRQnbrq"}
+_SQUARES = {name: i for i, name in enumerate(chess.SQUARE_NAMES)}
+_BB_SQUARES = chess.BB_SQUARES
+_BB_FILES = chess.BB_FILES
+_BB_RANKS = chess.BB_RANKS
+_BB_RAYS = chess.BB_RAYS
+_BB_PAWN_ATTACKS = chess.BB_PAWN_ATTACKS
+_BB_BACKRANKS = chess.BB_RANK_1 | chess.BB_RANK_8
+
+
+def san_to_move(board: chess.Board, san: str) -> chess.Move:
+    """``board.parse_san`` with a fast path for the common case (same result, same errors).
+
+    Most moves in real games have exactly one candidate piece and are played out of check, so
+    they can be resolved from attack bitboards and the pin test python-chess itself uses
+    (``_is_safe``), without generating every legal move. Castling, checks, en passant and
+    several candidates go to ``parse_san`` (tests/test_pgn.py checks the two agree on every
+    legal move of random positions).
+    """
+    m = _SAN_PARTS_RE.match(san)
+    if m is None or board.checkers_mask():
+        return board.parse_san(san)
+    piece, from_file, from_rank, to_name, promo = m.groups()
+    turn = board.turn
+    to_sq = _SQUARES[to_name]
+    to_bb = _BB_SQUARES[to_sq]
+    own = board.occupied_co[turn]
+    if own & to_bb:
+        return board.parse_san(san)  # raises the right error
+    if piece is not None:
+        if promo is not None:
+            return board.parse_san(san)  # raises the right error
+        cands = board.attackers_mask(turn, to_sq) & board.pieces_mask(_PIECE_TYPES[piece], turn)
+    else:
+        pawns = board.pawns & own
+        if from_file is not None and _BB_FILES[ord(from_file) - 97] & to_bb == 0:
+            if to_sq == board.ep_square or not board.occupied_co[not turn] & to_bb:
+                return board.parse_san(san)
+            cands = _BB_PAWN_ATTACKS[not turn][to_sq] & pawns
+        else:
+            if board.occupied & to_bb:
+                return board.parse_san(san)  # raises the right error
+            step = -8 if turn else 8
+            one = to_sq + step
+            if 0 <= one < 64 and pawns & _BB_SQUARES[one]:
+                cands = _BB_SQUARES[one]
+            elif (
+                0 <= one < 64
+                and not board.occupied & _BB_SQUARES[one]
+                and (to_sq >> 3) == (3 if turn else 4)
+                and pawns & _BB_SQUARES[one + step]
+            ):
+                cands = _BB_SQUARES[one + step]
+            else:
+                cands = 0
+        if (promo is not None) != bool(to_bb & _BB_BACKRANKS):
+            return board.parse_san(san)  # raises the right error
+    if from_file is not None:
+        cands &= _BB_FILES[ord(from_file) - 97]
+    if from_rank is not None:
+        cands &= _BB_RANKS[ord(from_rank) - 49]
+    if cands == 0:
+        return board.parse_san(san)  # raises the right error
+    if cands & (cands - 1):
+        return board.parse_san(san)  # several candidates: pins decide, let python-chess do it
+    from_sq = cands.bit_length() - 1
+    move = chess.Move(from_sq, to_sq, _PROMOTIONS[promo] if promo is not None else None)
+    king = board.king(turn)
+    if king is None:
+        return board.parse_san(san)
+    if from_sq == king or _BB_RAYS[king][from_sq]:
+        if not board._is_safe(king, board._slider_blockers(king), move):
+            return board.parse_san(san)  # raises the right error (or castling as "Kg1")
+    return move
 
 
 def parse_time_control(tc: str) -> tuple[int, int] | None:
@@ -353,49 +419,59 @@ def parse_game(raw: RawGame, *, require_clocks: bool = False) -> ParsedGame:
     clocks: list[float] = []
     depth = 0  # variation depth: moves inside ( ... ) are skipped
     result_token: str | None = None
-    for m in _TOKEN_RE.finditer(move_text):
-        kind = m.lastgroup
-        if kind == "space" or kind == "number" or kind == "nag" or kind == "line_comment":
-            continue
-        if result_token is not None:
-            if kind == "comment":
+    for word in _WORD_RE.findall(move_text):
+        first = word[0]
+        if first == "{":
+            if word[-1] != "}":
+                raise GameRejected("unparsable_move", "unclosed comment")
+            if depth or not moves or result_token is not None:
                 continue
-            raise GameRejected("unparsable_move", f"text after result: {m.group()[:20]!r}")
-        if kind == "san":
-            if depth:
-                continue
-            san = m.group("san")
-            try:
-                move = board.parse_san(san)
-            except chess.IllegalMoveError as e:
-                raise GameRejected("illegal_move", f"{san} at ply {len(moves) + 1}") from e
-            except chess.InvalidMoveError as e:
-                raise GameRejected("unparsable_move", san) from e
-            except ValueError as e:
-                raise GameRejected("illegal_move", f"{san} at ply {len(moves) + 1}") from e
-            board.push(move)
-            moves.append(move.uci())
-            clocks.append(NO_TIME)
-        elif kind == "comment":
-            if depth or not moves:
-                continue
-            c = _CLK_RE.search(m.group())
+            c = _CLK_RE.search(word)
             if c is not None:
                 clocks[-1] = int(c.group(1)) * 3600 + int(c.group(2)) * 60 + float(c.group(3))
-        elif kind == "result":
-            if depth:
-                raise GameRejected("unparsable_move", "result inside a variation")
-            result_token = m.group()
-        elif kind == "open":
+            continue
+        if first == ";" or first == "$":
+            continue
+        if result_token is not None:
+            raise GameRejected("unparsable_move", f"text after result: {word[:20]!r}")
+        if first == "(":
             if not moves:
                 raise GameRejected("unparsable_move", "variation before the first move")
             depth += 1
-        elif kind == "close":
+            continue
+        if first == ")":
             if not depth:
                 raise GameRejected("unparsable_move", "unbalanced ')'")
             depth -= 1
-        else:  # "other": a token we do not understand (null moves, garbage, stray braces)
-            raise GameRejected("unparsable_move", m.group()[:20])
+            continue
+        if word in _RESULT_TOKENS:
+            if depth:
+                raise GameRejected("unparsable_move", "result inside a variation")
+            result_token = word
+            continue
+        if first.isdigit() and not word.startswith("0-0"):
+            num = _NUMBER_RE.match(word)
+            if num is None:
+                raise GameRejected("unparsable_move", word[:20])
+            word = word[num.end() :]
+            if not word:
+                continue
+        if depth:
+            continue
+        san = word.rstrip("!?")
+        if not _SAN_RE.match(san):
+            raise GameRejected("unparsable_move", word[:20])
+        try:
+            move = san_to_move(board, san)
+        except chess.IllegalMoveError as e:
+            raise GameRejected("illegal_move", f"{san} at ply {len(moves) + 1}") from e
+        except chess.InvalidMoveError as e:
+            raise GameRejected("unparsable_move", san) from e
+        except ValueError as e:  # AmbiguousMoveError
+            raise GameRejected("illegal_move", f"{san} at ply {len(moves) + 1}") from e
+        board.push(move)
+        moves.append(move.uci())
+        clocks.append(NO_TIME)
     if result_token is None or depth:
         raise GameRejected("truncated")
     if not moves:

@@ -7,7 +7,9 @@ from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (configs/*.py).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and metrics go.", required=True)
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "Output of launch.prepare_data (overrides config).")
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir", None, "Output of launch.prepare_data (overrides config)."
+)
 
 
 def main(argv):

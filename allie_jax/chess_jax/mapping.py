@@ -43,6 +43,8 @@ def _build() -> dict[str, np.ndarray]:
             pf, pt = vocab_to_pgx_square(frm, color), vocab_to_pgx_square(to, color)
             from_sq[color, i] = pf
             to_last_rank[color, i] = pt % 8 == 7
+            if promo == 1 and not (pf % 8 == 6 and pt % 8 == 7):
+                continue  # the other side's promotion
             if promo <= 1:
                 plane = to_plane[pf, pt]
                 if plane >= 0:
@@ -61,10 +63,10 @@ def _build() -> dict[str, np.ndarray]:
             if kind[i] == KIND_QUEEN_PROMOTION:
                 inverse_pawn[color, a] = i
             elif kind[i] == KIND_UNDERPROMOTION:
-                inverse[color, a] = inverse_pawn[color, a] = i
+                inverse_pawn[color, a] = i
             else:
                 inverse[color, a] = i
-                if inverse_pawn[color, a] < 0:
+                if not to_last_rank[color, i] or inverse_pawn[color, a] < 0:
                     inverse_pawn[color, a] = i
     return dict(
         action=action,

@@ -129,7 +129,9 @@ class _Forward:
     def __init__(self, model: Any) -> None:
         from flax import nnx
 
-        self.max_len = min(vocab.MAX_SEQ_LEN, getattr(getattr(model, "config", None), "max_len", 512))
+        self.max_len = min(
+            vocab.MAX_SEQ_LEN, getattr(getattr(model, "config", None), "max_len", 512)
+        )
         graphdef, state = nnx.split(model)
         self._state = state
 
@@ -147,7 +149,10 @@ class _Forward:
 
     def __call__(self, rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(rows)
-        length = _bucket(max(len(r) for r in rows), tuple(b for b in _LENGTH_BUCKETS if b < self.max_len) + (self.max_len,))
+        length = _bucket(
+            max(len(r) for r in rows),
+            tuple(b for b in _LENGTH_BUCKETS if b < self.max_len) + (self.max_len,),
+        )
         batch = _pow2(n)
         tokens = np.full((batch, length), vocab.PAD, dtype=np.int32)
         last = np.zeros(batch, dtype=np.int32)
@@ -278,7 +283,7 @@ class Allie:
     def _search_or_direct(self, games: list[Game], config: Any, key: jax.Array) -> list[Decision]:
         if not _search_available() and self._searcher_factory is None:
             boards = [replay_board(g) for g in games]
-            return self._direct(games, boards, config, key)
+            return self._direct(games, boards, config, key, "(no allie_jax.search)")
         out = self._searcher(config).run(games, key)
         decisions = []
         for i in range(len(games)):
@@ -297,21 +302,29 @@ class Allie:
         return decisions
 
     def _direct(
-        self, games: list[Game], boards: list[chess.Board], config: Any, key: jax.Array
+        self,
+        games: list[Game],
+        boards: list[chess.Board],
+        config: Any,
+        key: jax.Array,
+        why: str = "from a FEN",
     ) -> list[Decision]:
         """Policy / greedy from one forward pass, with python-chess's legal moves."""
         mode = _get(config, "mode", "policy")
         temperature = float(_get(config, "temperature", 1.0))
         greedy_elo = int(_get(config, "greedy_elo", GREEDY_ELO))
-        if mode == "greedy":
-            games = [_with_mover_elo(g, b, greedy_elo) for g, b in zip(games, boards, strict=True)]
+        argmax = mode == "greedy" or _get(config, "sampling", None) == "argmax"
+        if mode == "greedy":  # both header Elos, as the Searcher's greedy preset
+            games = [
+                dataclasses.replace(g, white_elo=greedy_elo, black_elo=greedy_elo) for g in games
+            ]
         logits, time, value = self._raw(games, boards)
         gen = _numpy_rng(key)
-        note = "" if mode in ("policy", "greedy") else f"{mode} needs the standard start: policy used"
+        note = "" if mode in ("policy", "greedy") else f"{mode} unavailable {why}: policy used"
         out = []
         for i, board in enumerate(boards):
             probs, ids = _legal_softmax(logits[i], board, 1.0)
-            if mode == "greedy" or temperature <= 0:
+            if argmax or temperature <= 0:
                 choice = int(np.argmax(probs))
             else:
                 tprobs, _ = _legal_softmax(logits[i], board, temperature)
@@ -347,12 +360,6 @@ def _legal_softmax(
     return x / x.sum(), ids
 
 
-def _with_mover_elo(game: Game, board: chess.Board, elo: int) -> Game:
-    if board.turn == chess.WHITE:
-        return dataclasses.replace(game, white_elo=elo, black_elo=game.black_elo or elo)
-    return dataclasses.replace(game, black_elo=elo, white_elo=game.white_elo or elo)
-
-
 def _get(config: Any, name: str, default: Any) -> Any:
     if isinstance(config, dict):
         return config.get(name, default)
@@ -362,7 +369,7 @@ def _get(config: Any, name: str, default: Any) -> Any:
 @functools.cache
 def _search_available() -> bool:
     try:
-        import allie_jax.search  # noqa: F401
+        from allie_jax.search import SearchConfig, Searcher  # noqa: F401
     except ImportError:
         return False
     return True
@@ -371,17 +378,14 @@ def _search_available() -> bool:
 def make_config(preset: str | Any, **overrides: Any) -> Any:
     """A SearchConfig for a preset name (or the config itself), with field overrides.
 
-    Without ``allie_jax.search`` installed the config is a plain dict of the same fields, which
-    the direct policy / greedy path understands.
+    Without ``allie_jax.search`` the config is a plain dict of the same fields, which the direct
+    policy / greedy path understands.
     """
     if not isinstance(preset, str):
         return dataclasses.replace(preset, **overrides) if overrides else preset
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}: expected one of {', '.join(PRESETS)}")
-    fields: dict[str, Any] = {"mode": preset}
-    if preset == "search":
-        fields["mean_sims"] = 50
-    fields.update(overrides)
+    fields: dict[str, Any] = {"mode": preset, **overrides}
     if _search_available():
         from allie_jax.search import SearchConfig
 

@@ -114,29 +114,36 @@ class CalibrationTable:
         }
 
     def to_markdown(self) -> str:
-        lines = [
-            "| system | games | score | performance | opponents | SCE mean | SCE max |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+        return calibration_markdown(self.to_dict())
+
+
+def calibration_markdown(table: dict) -> str:
+    """Markdown of a ``CalibrationTable.to_dict()`` (report.json keeps the dict form)."""
+    width = table["bin_width"]
+    systems = table["systems"].values()
+    lines = [
+        "| system | games | score | performance | opponents | SCE mean | SCE max |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in systems:
+        lines.append(
+            f"| {s['system']} | {s['games']} | {s['score']:.3f} | {s['performance']:.0f} | "
+            f"{s['opponent_mean']:.0f} | {s['sce_mean']:.0f} | {s['sce_max']:.0f} |"
+        )
+    lines += ["", f"Per {width}-Elo opponent bin (performance / SCE / games):", ""]
+    los = sorted({b["lo"] for s in systems for b in s["bins"]})
+    lines.append("| system | " + " | ".join(f"{lo}-{lo + width}" for lo in los) + " |")
+    lines.append("|---|" + "---:|" * len(los))
+    for s in systems:
+        by_lo = {b["lo"]: b for b in s["bins"]}
+        cells = [
+            f"{by_lo[lo]['performance']:.0f} / {by_lo[lo]['sce']:.0f} / {by_lo[lo]['games']}"
+            if lo in by_lo
+            else "–"
+            for lo in los
         ]
-        for s in self.systems.values():
-            lines.append(
-                f"| {s.system} | {s.games} | {s.score:.3f} | {s.performance:.0f} | "
-                f"{s.opponent_mean:.0f} | {s.sce_mean:.0f} | {s.sce_max:.0f} |"
-            )
-        lines += ["", f"Per {self.bin_width}-Elo opponent bin (performance / SCE / games):", ""]
-        los = sorted({b.lo for s in self.systems.values() for b in s.bins})
-        lines.append("| system | " + " | ".join(f"{lo}-{lo + self.bin_width}" for lo in los) + " |")
-        lines.append("|---|" + "---:|" * len(los))
-        for s in self.systems.values():
-            by_lo = {b.lo: b for b in s.bins}
-            cells = [
-                f"{by_lo[lo].performance:.0f} / {by_lo[lo].sce:.0f} / {by_lo[lo].games}"
-                if lo in by_lo
-                else "–"
-                for lo in los
-            ]
-            lines.append(f"| {s.system} | " + " | ".join(cells) + " |")
-        return "\n".join(lines)
+        lines.append(f"| {s['system']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def calibrate(

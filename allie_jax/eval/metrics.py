@@ -27,7 +27,9 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return (lo, hi)
 
 
 def rate(flags: Sequence[bool] | np.ndarray) -> dict:
@@ -51,12 +53,17 @@ def bootstrap_ci(
     if values.size == 0:
         return (math.nan, math.nan)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, values.size, size=(num_resamples, values.size))
-    samples = values[idx]
-    if statistic is np.mean:
-        stats = samples.mean(axis=1)
-    else:
-        stats = np.array([statistic(row) for row in samples])
+    # resample in chunks so 1,000 resamples of ~10^5 positions stay within a few MB
+    per_chunk = max(1, 4_000_000 // values.size)
+    stats = []
+    for start in range(0, num_resamples, per_chunk):
+        rows = min(per_chunk, num_resamples - start)
+        samples = values[rng.integers(0, values.size, size=(rows, values.size))]
+        if statistic is np.mean:
+            stats.append(samples.mean(axis=1))
+        else:
+            stats.append(np.array([statistic(row) for row in samples]))
+    stats = np.concatenate(stats)
     lo, hi = np.quantile(stats, [alpha / 2, 1 - alpha / 2])
     return (float(lo), float(hi))
 

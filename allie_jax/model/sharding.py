@@ -34,11 +34,14 @@ def logical_to_spec(names: AxisNames, rules=None) -> PartitionSpec:
 
 
 def constrain(x: jax.Array, names: AxisNames) -> jax.Array:
-    """``with_sharding_constraint`` by logical names; a no-op without a mesh and rules."""
+    """Constrain ``x`` by logical names (reshard on Explicit meshes); no-op without mesh + rules."""
     rules = spmd.get_logical_axis_rules()
     if not rules:
         return x
     mesh = jax.sharding.get_abstract_mesh()
     if mesh is None or mesh.empty:
         return x
-    return jax.lax.with_sharding_constraint(x, logical_to_spec(names, rules))
+    spec = logical_to_spec(names, rules)
+    if mesh.are_all_axes_explicit:
+        return jax.sharding.reshard(x, spec)
+    return jax.lax.with_sharding_constraint(x, spec)

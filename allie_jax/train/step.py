@@ -16,7 +16,8 @@ Batch = Mapping[str, jax.Array]
 
 
 def _forward(graphdef, params, rest, batch: Batch, deterministic: bool, loss_weights):
-    model = nnx.merge(graphdef, params, rest)
+    # copy=True: fresh Variables owned by this trace, so dropout may advance its RNG counter.
+    model = nnx.merge(graphdef, params, rest, copy=True)
     outputs = model(
         batch["inputs"],
         positions=batch["positions"],

@@ -1,0 +1,65 @@
+"""Training loss (SPEC §1): CE(policy) + MSE(think time) + MSE(tanh value), each masked.
+
+Each term is a mean over its own labelled positions, so a batch with few time labels still weighs
+the time loss like any other; the released code did the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from allie_jax import game
+from allie_jax.model.transformer import ModelOutputs
+
+
+def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
+    return jnp.sum(values * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def loss_fn(
+    outputs: ModelOutputs,
+    batch: Mapping[str, jax.Array],
+    weights: Sequence[float] = (1.0, 1.0, 1.0),
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Weighted sum of the three losses and their components.
+
+    ``batch`` uses the data pipeline's keys: ``policy_targets`` (int, any value where unmasked),
+    ``time_targets`` (seconds, normalised here), ``value_targets`` (may be NaN where unmasked),
+    and the float masks ``policy_mask``, ``time_mask``, ``value_mask``.
+    """
+    if len(weights) != 3:
+        raise ValueError(f"weights must be (policy, time, value), got {weights!r}")
+    w_policy, w_time, w_value = weights
+    logits = outputs.policy_logits.astype(jnp.float32)
+    vocab_size = logits.shape[-1]
+
+    policy_mask = jnp.asarray(batch["policy_mask"], jnp.float32)
+    targets = jnp.clip(jnp.asarray(batch["policy_targets"], jnp.int32), 0, vocab_size - 1)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    policy_loss = _masked_mean(ce, policy_mask)
+    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+    policy_accuracy = _masked_mean(correct, policy_mask)
+
+    time_mask = jnp.asarray(batch["time_mask"], jnp.float32)
+    seconds = jnp.asarray(batch["time_targets"], jnp.float32)
+    time_target = game.normalize_think_time(jnp.where(time_mask > 0, seconds, 0.0))
+    time_loss = _masked_mean(jnp.square(outputs.time - time_target), time_mask)
+
+    value_mask = jnp.asarray(batch["value_mask"], jnp.float32)
+    value_target = jnp.where(value_mask > 0, jnp.asarray(batch["value_targets"], jnp.float32), 0.0)
+    value_loss = _masked_mean(jnp.square(outputs.value - value_target), value_mask)
+
+    loss = w_policy * policy_loss + w_time * time_loss + w_value * value_loss
+    metrics = {
+        "loss": loss,
+        "policy_loss": policy_loss,
+        "time_loss": time_loss,
+        "value_loss": value_loss,
+        "policy_accuracy": policy_accuracy,
+        "policy_tokens": jnp.sum(policy_mask),
+    }
+    return loss, metrics

@@ -1,0 +1,91 @@
+"""Search settings: one frozen dataclass, with the paper's four presets.
+
+Defaults follow the released Allie (y0mingzhang/allie, ``AdaptiveMCTS``) except where SPEC §4
+lists a bug to fix; each such field names the released value so it can be reproduced:
+
+- ``fpu_mode="absolute", fpu=0.0`` gives unvisited children Q = 0 (released); the default
+  ``"reduction"`` gives them the parent's running value minus ``fpu``.
+- ``lambda_sqrt=False`` gives the released λ_N = c·ΣN/(|A|+ΣN); the default is Grill et al.'s
+  λ_N = c·sqrt(ΣN)/(|A|+ΣN) (the paper's).
+- The root evaluation always counts as a visit (the released first simulation scored every child
+  0 and took the first legal move): not configurable, it is how mctx counts visits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from allie_jax.game import TIME_MEAN
+
+MODES = ("policy", "greedy", "search", "adaptive")
+FINAL_POLICIES = ("pibar", "visits")
+FPU_MODES = ("absolute", "reduction")
+SAMPLING = ("sample", "argmax", "rating-based")
+RULES = ("standard", "released")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """How a move is chosen. ``mode`` picks the budget rule; the rest tune the search."""
+
+    mode: str = "adaptive"
+    mean_sims: int = 50  # fixed budget of ``search``; target mean of ``adaptive``
+    max_sims: int = 200  # adaptive budgets are clipped to [0, max_sims]
+    sims_per_second: float = 50.0 / TIME_MEAN  # c of N = round(c · t̂): ≈ 10.78
+    max_think_time: float = 200.0  # t̂ is clipped to [0, max_think_time] s before the budget rule
+    c_puct: float = 1.25  # scaled per game to c_puct · sqrt(mean_sims / budget)
+    c_base: float = 19652.0  # pUCT's c grows as log((N + c_base + 1) / c_base)
+    scale_c_puct: bool = True  # False: every game uses c_puct unscaled
+    fpu_mode: str = "reduction"  # "absolute": Q(unvisited) = fpu; "reduction": V(parent) − fpu
+    fpu: float = 0.0
+    lambda_sqrt: bool = True  # False: the released λ_N without the square root
+    final_policy: str = "pibar"  # or "visits" (visit-count distribution)
+    pibar_iterations: int = 64  # bisection steps for π̄ (float32 converges in < 40)
+    temperature: float = 1.0  # softmax temperature of the policy preset and of budget-0 moves
+    sampling: str | None = None  # None: the mode's own rule (see ``move_rule``)
+    rating_based_elo: int = 2200  # "rating-based": argmax at or above this Elo after 8 plies
+    rules: str = "standard"  # chess_jax rules for terminal detection inside the tree
+    greedy_elo: int = 2500  # both header Elos in ``greedy`` mode
+    max_path: int = 32  # P: deepest node of the tree (its keys/values are kept per node)
+    resign_value: float = -0.9  # resign below this value (side to move) ...
+    resign: bool = True  # ... when the termination logit also beats every legal move
+
+    def __post_init__(self) -> None:
+        _check_choice("mode", self.mode, MODES)
+        _check_choice("final_policy", self.final_policy, FINAL_POLICIES)
+        _check_choice("fpu_mode", self.fpu_mode, FPU_MODES)
+        _check_choice("rules", self.rules, RULES)
+        if self.sampling is not None:
+            _check_choice("sampling", self.sampling, SAMPLING)
+        if not 0 <= self.mean_sims <= self.max_sims:
+            raise ValueError(
+                f"mean_sims={self.mean_sims} must lie in [0, max_sims={self.max_sims}]"
+            )
+        if self.max_path < 1:
+            raise ValueError(f"max_path={self.max_path} must be at least 1")
+        for name in ("c_puct", "c_base", "sims_per_second", "temperature", "max_think_time"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be positive")
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> SearchConfig:
+        """The paper's presets: ``policy``, ``greedy``, ``search`` (50 sims), ``adaptive`` (mean 50)."""
+        _check_choice("preset", name, MODES)
+        return cls(mode=name, **overrides)
+
+    @property
+    def move_rule(self) -> str:
+        """How the move is drawn from the final policy: greedy takes the argmax, others sample."""
+        if self.sampling is not None:
+            return self.sampling
+        return "argmax" if self.mode == "greedy" else "sample"
+
+    @property
+    def searches(self) -> bool:
+        return self.mode in ("search", "adaptive")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r}: expected one of {list(choices)}")

@@ -1,0 +1,68 @@
+"""Allie's pUCT child selection, as an mctx action-selection function.
+
+Mirrors the released ``MCTS.ucb_score`` (y0mingzhang/allie):
+
+    score(a) = Q(s, a) + (log((N(s) + c_base + 1) / c_base) + c) · sqrt(N(s)) · P(s, a) / (1 + N(s, a))
+
+with values in [−1, 1], not normalised, from the view of the player to move at s. Differences,
+both fixes listed in SPEC §4: N(s) counts the node's own evaluation (mctx's ``node_visits``; the
+released root started at 0 so its first simulation scored every child 0), and an unvisited child
+gets a first-play-urgency value instead of the released Q = 0 (``fpu_mode="absolute", fpu=0``
+reproduces the released rule).
+
+c is per game (``tree.extra_data["c_puct"]``: c_puct · sqrt(mean_sims / budget)). Illegal moves
+carry prior logits at or below ``ILLEGAL_LOGIT`` at every node and are never selected. Ties go
+to the lowest action id (``jnp.argmax``), which the Python reference reproduces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+import mctx
+
+ILLEGAL_LOGIT = -1e9  # prior logit of an illegal move (finite: softmax of a terminal node stays NaN-free)
+_LEGAL_THRESHOLD = 0.5 * ILLEGAL_LOGIT
+
+
+def legal_from_logits(logits: jax.Array) -> jax.Array:
+    return logits > _LEGAL_THRESHOLD
+
+
+def mask_logits(logits: jax.Array, legal: jax.Array) -> jax.Array:
+    """Prior logits restricted to legal moves (softmax over the legal set, SPEC §4)."""
+    return jnp.where(legal, logits, ILLEGAL_LOGIT)
+
+
+def completed_q(tree: mctx.Tree, node_index: chex.Numeric, *, fpu_mode: str, fpu: float) -> jax.Array:
+    """Q(s, ·) [A] of an unbatched tree: visited children's mean values, FPU for the rest."""
+    visited_q = tree.qvalues(node_index)
+    if fpu_mode == "absolute":
+        first_play = jnp.asarray(fpu, visited_q.dtype)
+    else:  # "reduction": the parent's running value (its mover's view) minus fpu
+        first_play = tree.node_values[node_index] - fpu
+    return jnp.where(tree.children_visits[node_index] > 0, visited_q, first_play)
+
+
+def make_puct_selection(
+    *, c_base: float, fpu_mode: str, fpu: float
+) -> Callable[[chex.PRNGKey, mctx.Tree, chex.Numeric, chex.Numeric], chex.Array]:
+    """An mctx ``(rng_key, tree, node_index, depth) -> action`` function (used at every node)."""
+
+    def select(rng_key, tree: mctx.Tree, node_index, depth):
+        del rng_key, depth
+        logits = tree.children_prior_logits[node_index]
+        legal = legal_from_logits(logits)
+        prior = jax.nn.softmax(logits)
+        parent_visits = tree.node_visits[node_index].astype(jnp.float32)
+        c = tree.extra_data["c_puct"]
+        factor = (jnp.log((parent_visits + c_base + 1.0) / c_base) + c) * jnp.sqrt(parent_visits)
+        q = completed_q(tree, node_index, fpu_mode=fpu_mode, fpu=fpu)
+        visits = tree.children_visits[node_index].astype(jnp.float32)
+        score = q + factor * prior / (1.0 + visits)
+        return jnp.argmax(jnp.where(legal, score, -jnp.inf)).astype(jnp.int32)
+
+    return select

@@ -1,0 +1,198 @@
+"""Batched MCTS with a different number of simulations per game in one jitted loop.
+
+The loop is mctx's ``search`` (simulate → expand → backward on an ``mctx.Tree``) with three
+changes, each a no-op for a game where it does not apply, so a game with budget b ends with
+exactly the tree stock ``mctx.search(num_simulations=b)`` builds (tested):
+
+1. Per-game budgets: the loop runs max(budget) simulations; simulation ``sim`` writes nothing for
+   a game whose budget is ≤ sim (its writes go to an out-of-range index with ``mode="drop"`` and
+   its backward starts at the root, where mctx's backward stops at once). No tree copy per step.
+2. Terminal nodes are not expanded: a simulation that reaches one (``frozen``) backs its exact
+   value up again instead of evaluating a child, like the released Python MCTS did.
+3. Depth cap P (``max_path``): a node at depth P is frozen like a terminal one: revisits back up
+   its value, so every evaluation sees its full path (≤ P − 1 path tokens + the new one) and
+   the per-node key/value buffers stay a fixed [P] slice. With ≤ 200 simulations a path of 32
+   plies is essentially never reached.
+
+Node values follow mctx's two-player convention: ``node_values`` from the view of the player
+to move at the node, every edge with reward 0 and discount −1, so Q(s, a) = −V(child).
+New nodes are numbered by simulation (node ``sim + 1``), so a revisit leaves its slot unused.
+
+The expand function receives the parent's payload store and the node indices of the parent's
+path from the root (depth 1 .. depth(parent)), so a model evaluator can gather the keys/values
+of the path and run ONE new token per simulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import mctx
+from mctx._src import search as mctx_search  # mctx.search's building blocks (0.0.71)
+
+from allie_jax.search.selection import make_puct_selection
+
+Tree = mctx.Tree
+
+
+class NodeEval(NamedTuple):
+    """A batch of evaluated nodes: masked prior logits [B, A], value [B] (mover's view),
+    terminal [B] (exact value, never expanded) and a payload pytree [B, ...] kept per node."""
+
+    prior_logits: chex.Array
+    value: chex.Array
+    terminal: chex.Array
+    payload: Any
+
+
+# expand_fn(payloads [B, N, ...], parent [B], path_nodes [B, P], path_len [B], action [B])
+ExpandFn = Callable[[Any, chex.Array, chex.Array, chex.Array, chex.Array], NodeEval]
+
+
+class SearchParams(NamedTuple):
+    c_base: float
+    fpu_mode: str
+    fpu: float
+    max_path: int
+
+
+def init_tree(root: NodeEval, c_puct: chex.Array, num_nodes: int) -> Tree:
+    """A tree with ``num_nodes`` slots and its root filled in (root visit count 1, as mctx)."""
+    batch = root.value.shape[0]
+    embeddings = {
+        "payload": root.payload,
+        "depth": jnp.zeros((batch,), jnp.int32),
+        "frozen": jnp.asarray(root.terminal, bool),
+    }
+    return mctx_search.instantiate_tree_from_root(
+        mctx.RootFnOutput(
+            prior_logits=root.prior_logits, value=root.value, embedding=embeddings
+        ),
+        num_nodes - 1,
+        root_invalid_actions=jnp.zeros_like(root.prior_logits),
+        extra_data={"c_puct": jnp.asarray(c_puct, jnp.float32)},
+    )
+
+
+def _path_nodes(parents: chex.Array, depth: chex.Array, node: chex.Array, max_path: int):
+    """Node indices at depths 1..depth(node) on the way to ``node`` (unbatched), padded."""
+    d = depth[node]
+
+    def body(i, carry):
+        idx, path = carry
+        slot = jnp.where(i < d, d - 1 - i, max_path)  # out of range: dropped
+        path = path.at[slot].set(idx, mode="drop")
+        idx = jnp.where(idx > 0, parents[jnp.maximum(idx, 0)], 0)
+        return idx, path
+
+    _, path = jax.lax.fori_loop(
+        0, max_path, body, (node, jnp.zeros((max_path,), jnp.int32))
+    )
+    return path, d
+
+
+class _SimState(NamedTuple):
+    node: chex.Array
+    action: chex.Array
+    next_node: chex.Array
+    revisit: chex.Array
+    continuing: chex.Array
+
+
+def _simulate(tree: Tree, select_fn, frozen: chex.Array):
+    """Descend from the root (unbatched tree) to an unexpanded edge or a frozen node."""
+
+    def body(state: _SimState) -> _SimState:
+        node = state.next_node
+        action = select_fn(None, tree, node, 0)
+        child = tree.children_index[node, action]
+        is_frozen = frozen[node]
+        expanded = child != Tree.UNVISITED
+        return _SimState(
+            node=node,
+            action=action,
+            next_node=jnp.where(expanded, child, node),
+            revisit=is_frozen,
+            continuing=expanded & ~is_frozen,
+        )
+
+    init = _SimState(
+        node=jnp.int32(Tree.ROOT_INDEX),
+        action=jnp.int32(0),
+        next_node=jnp.int32(Tree.ROOT_INDEX),
+        revisit=jnp.array(False),
+        continuing=jnp.array(True),
+    )
+    end = jax.lax.while_loop(lambda s: s.continuing, body, init)
+    return end.node, end.action, end.revisit
+
+
+def search(
+    root: NodeEval,
+    expand_fn: ExpandFn,
+    budgets: chex.Array,
+    c_puct: chex.Array,
+    *,
+    num_nodes: int,
+    params: SearchParams,
+) -> Tree:
+    """Run ``budgets[b]`` simulations for game b (≤ num_nodes − 1), all in one loop.
+
+    ``num_nodes`` is static (tree storage); the loop bound max(budgets) is dynamic, so
+    different budgets do not recompile.
+    """
+    batch = root.value.shape[0]
+    brange = jnp.arange(batch)
+    budgets = jnp.minimum(jnp.asarray(budgets, jnp.int32), num_nodes - 1)
+    select_fn = make_puct_selection(c_base=params.c_base, fpu_mode=params.fpu_mode, fpu=params.fpu)
+    simulate = jax.vmap(_simulate, in_axes=(0, None, 0))
+    paths = jax.vmap(_path_nodes, in_axes=(0, 0, 0, None))
+
+    def body(sim, tree: Tree) -> Tree:
+        active = sim < budgets
+        emb = tree.embeddings
+        node, action, revisit = simulate(tree, select_fn, emb["frozen"])
+        path, path_len = paths(tree.parents, emb["depth"], node, params.max_path)
+        ev = expand_fn(emb["payload"], node, path, path_len, action)
+
+        expand = active & ~revisit
+        new = jnp.full((batch,), sim + 1, jnp.int32)
+        out = jnp.int32(num_nodes)  # out-of-range slot: writes are dropped
+        write = jnp.where(expand, new, out)
+        parent_w = jnp.where(expand, node, out)
+        child_depth = emb["depth"][brange, node] + 1
+
+        def put(x, v, *idx):
+            return x.at[(brange, *idx)].set(v, mode="drop")
+
+        embeddings = {
+            "payload": jax.tree.map(lambda s, v: put(s, v, write), emb["payload"], ev.payload),
+            "depth": put(emb["depth"], child_depth, write),
+            "frozen": put(emb["frozen"], ev.terminal | (child_depth >= params.max_path), write),
+        }
+        value = ev.value.astype(tree.node_values.dtype)
+        visits = put(tree.node_visits, 1, write)
+        # A revisit of a frozen node counts one more visit of an unchanged value.
+        bump = jnp.where(active & revisit, node, out)
+        visits = visits.at[brange, bump].add(1, mode="drop")
+        tree = tree.replace(
+            children_prior_logits=put(tree.children_prior_logits, ev.prior_logits, write),
+            raw_values=put(tree.raw_values, value, write),
+            node_values=put(tree.node_values, value, write),
+            node_visits=visits,
+            embeddings=embeddings,
+            children_index=put(tree.children_index, new, parent_w, action),
+            children_rewards=put(tree.children_rewards, 0.0, parent_w, action),
+            children_discounts=put(tree.children_discounts, -1.0, parent_w, action),
+            parents=put(tree.parents, node, write),
+            action_from_parent=put(tree.action_from_parent, action, write),
+        )
+        leaf = jnp.where(active, jnp.where(revisit, node, new), Tree.ROOT_INDEX)
+        return mctx_search.backward(tree, leaf)
+
+    tree = init_tree(root, c_puct, num_nodes)
+    return jax.lax.fori_loop(0, jnp.max(budgets), body, tree)

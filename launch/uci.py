@@ -1,0 +1,40 @@
+"""``allie-uci`` / ``python -m launch.uci --checkpoint DIR``: Allie as a UCI engine on stdin/stdout."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="allie-uci", description=__doc__)
+    parser.add_argument(
+        "--checkpoint",
+        default=os.environ.get("ALLIE_CHECKPOINT"),
+        help="model directory (config.json + params) or training workdir; env ALLIE_CHECKPOINT",
+    )
+    args = parser.parse_args(argv)
+    if not args.checkpoint:
+        parser.error("--checkpoint DIR is required (or set ALLIE_CHECKPOINT)")
+    if not os.path.exists(args.checkpoint):
+        parser.error(f"--checkpoint {args.checkpoint!r} does not exist")
+
+    # stdout carries the protocol only: route library chatter (absl, JAX) to stderr
+    import logging
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+
+    from allie_jax.engine.api import Allie
+    from allie_jax.engine.uci import run_uci
+
+    return run_uci(lambda: Allie.load(args.checkpoint))
+
+
+def run() -> None:
+    """Console-script entry point (``allie-uci``)."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,160 @@
+"""Batched search: per-game budgets against stock mctx, and the model-backed Searcher."""
+
+from __future__ import annotations
+
+import chess
+import jax
+import jax.numpy as jnp
+import mctx
+import numpy as np
+import pytest
+from flax import nnx
+
+from allie_jax import vocab
+from allie_jax.game import Game
+from allie_jax.model import AllieModel, ModelConfig
+from allie_jax.search import SearchConfig, Searcher
+from allie_jax.search import selection, tree_search
+
+# ----------------------------------------------------------------------------- a toy game
+NUM_ACTIONS = 6
+
+
+def _mix(x, y):
+    x = (x ^ (y * jnp.uint32(0x9E3779B1))) * jnp.uint32(0x85EBCA6B)
+    return x ^ (x >> 13)
+
+
+def _toy_eval(h):
+    """Deterministic prior logits (some moves illegal) and value from a uint32 state hash."""
+    acts = jnp.arange(NUM_ACTIONS, dtype=jnp.uint32)
+    r = _mix(h[:, None], acts[None] + 11)
+    logits = (r >> 8).astype(jnp.float32) / 2**24 * 3.0
+    legal = (r % 5) != 0
+    legal = legal.at[:, 0].set(True)
+    value = (_mix(h, jnp.uint32(99)) >> 8).astype(jnp.float32) / 2**24 * 2 - 1
+    return selection.mask_logits(logits, legal), value
+
+
+def _toy_expand(payloads, parent, path_nodes, path_len, action):
+    rows = jnp.arange(parent.shape[0])
+    h = _mix(payloads[rows, parent], action.astype(jnp.uint32) + 1)
+    logits, value = _toy_eval(h)
+    return tree_search.NodeEval(logits, value, jnp.zeros_like(value, bool), h)
+
+
+def _toy_recurrent(params, rng, action, embedding):
+    h = _mix(embedding, action.astype(jnp.uint32) + 1)
+    logits, value = _toy_eval(h)
+    out = mctx.RecurrentFnOutput(
+        reward=jnp.zeros_like(value), discount=-jnp.ones_like(value), prior_logits=logits, value=value
+    )
+    return out, h
+
+
+def _toy_root(batch):
+    h = jnp.arange(batch, dtype=jnp.uint32) * 7 + 3
+    logits, value = _toy_eval(h)
+    return h, logits, value
+
+
+@pytest.mark.parametrize("fpu_mode", ["reduction", "absolute"])
+def test_per_game_budgets_equal_stock_mctx(fpu_mode):
+    budgets = np.array([0, 1, 5, 17, 30, 9], np.int32)
+    batch = len(budgets)
+    h, logits, value = _toy_root(batch)
+    c = jnp.asarray(np.linspace(0.5, 2.0, batch), jnp.float32)
+    params = tree_search.SearchParams(19652.0, fpu_mode, 0.1, 64)
+    root = tree_search.NodeEval(logits, value, jnp.zeros(batch, bool), h)
+    ours = jax.jit(
+        lambda r, b, c: tree_search.search(
+            r, _toy_expand, b, c, num_nodes=33, params=params
+        )
+    )(root, jnp.asarray(budgets), c)
+    np.testing.assert_array_equal(np.asarray(ours.children_visits[:, 0].sum(-1)), budgets)
+    select = selection.make_puct_selection(c_base=19652.0, fpu_mode=fpu_mode, fpu=0.1)
+    for b, sims in enumerate(budgets):
+        stock = mctx.search(
+            params=(),
+            rng_key=jax.random.key(0),
+            root=mctx.RootFnOutput(prior_logits=logits, value=value, embedding=h),
+            recurrent_fn=_toy_recurrent,
+            root_action_selection_fn=select,
+            interior_action_selection_fn=select,
+            num_simulations=int(sims),
+            extra_data={"c_puct": c},
+        )
+        n = int(sims) + 1
+        np.testing.assert_array_equal(ours.children_visits[b, 0], stock.children_visits[b, 0])
+        np.testing.assert_array_equal(ours.node_visits[b, :n], stock.node_visits[b])
+        np.testing.assert_array_equal(ours.parents[b, :n], stock.parents[b])
+        np.testing.assert_allclose(ours.node_values[b, :n], stock.node_values[b], atol=1e-6)
+        assert (np.asarray(ours.node_visits[b, n:]) == 0).all()  # nothing written past the budget
+
+
+# ----------------------------------------------------------------------------- the Searcher
+@pytest.fixture(scope="module")
+def tiny_model():
+    return AllieModel(ModelConfig.named("tiny", dropout=0.0), rngs=nnx.Rngs(0))
+
+
+@pytest.fixture(scope="module")
+def searcher(tiny_model):
+    return Searcher(tiny_model, SearchConfig(mode="search", mean_sims=24, max_sims=24))
+
+
+def _game(moves: str, **kw) -> Game:
+    return Game(moves=moves.split(), white_elo=1500, black_elo=1500, time_control="180+2", **kw)
+
+
+# Scholar's mate threat: White to move, Qxf7# (h5f7) mates; Black's f6/Nc6 setup.
+MATE_IN_ONE = "e2e4 e7e5 f1c4 b8c6 d1h5 g8f6"
+
+
+def test_searcher_budgets_visits_and_legality(searcher):
+    games = [_game("e2e4 e7e5 g1f3"), _game("d2d4 d7d5 c2c4 e7e6"), _game(MATE_IN_ONE)]
+    out = searcher.run(games, jax.random.key(0))
+    np.testing.assert_array_equal(out.num_sims, [24, 24, 24])
+    np.testing.assert_array_equal(out.visit_counts.sum(-1), 24)
+    for i, g in enumerate(games):
+        board = chess.Board()
+        for m in g.moves:
+            board.push_uci(m)
+        legal = np.zeros(vocab.NUM_MOVES, bool)
+        legal[[vocab.encode_move(m.uci()) for m in board.legal_moves]] = True
+        assert (out.visit_counts[i][~legal] == 0).all()
+        assert (out.policy[i][~legal] == 0).all() and (out.prior[i][~legal] == 0).all()
+        assert out.policy[i].sum() == pytest.approx(1.0, abs=1e-5)
+        assert legal[out.move_id[i]] and out.move[i] == vocab.decode_move(out.move_id[i])
+    # the mating move (its child is terminal: exact value −1 for Black) dominates π̄
+    mate = vocab.encode_move("h5f7")
+    assert out.policy[2, mate] > 0.5, out.policy[2, mate]
+    assert out.policy[2, mate] > out.prior[2, mate]
+
+
+def test_cache_reuse_matches_fresh_prefill(tiny_model, searcher):
+    g1 = _game("e2e4 e7e5 g1f3", game_id="reuse")
+    searcher.run([g1], 0)
+    before = searcher.stats["prefill_tokens"]
+    g2 = _game("e2e4 e7e5 g1f3 b8c6 f1b5", game_id="reuse")
+    out = searcher.run([g2], 0)
+    assert searcher.stats["prefill_tokens"] - before == 2  # only the two new plies
+    fresh = Searcher(tiny_model, searcher.config).run([_game("e2e4 e7e5 g1f3 b8c6 f1b5")], 0)
+    np.testing.assert_allclose(out.prior, fresh.prior, atol=1e-5)
+    np.testing.assert_allclose(out.value_white, fresh.value_white, atol=1e-5)
+    np.testing.assert_array_equal(out.visit_counts, fresh.visit_counts)
+
+
+def test_finished_game_is_rejected(searcher):
+    fools_mate = _game("f2f3 e7e5 g2g4 d8h4")
+    with pytest.raises(ValueError, match="already over"):
+        searcher.run([fools_mate], 0)
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="mode"):
+        SearchConfig(mode="fast")
+    with pytest.raises(ValueError, match="mean_sims"):
+        SearchConfig(mean_sims=300, max_sims=200)
+    assert SearchConfig.preset("greedy").move_rule == "argmax"
+    assert SearchConfig.preset("policy").move_rule == "sample"
