@@ -15,3 +15,34 @@ def sample_pgn() -> pathlib.Path:
     """Real Lichess games with clocks and Elo (CC0), bundled in the repo."""
     assert SAMPLE_PGN.exists(), f"missing bundled sample games: {SAMPLE_PGN}"
     return SAMPLE_PGN
+
+
+@pytest.fixture(scope="session")
+def prepared_sample(tmp_path_factory, sample_pgn) -> pathlib.Path:
+    """The bundled games through the real prepare command (train/val/test ArrayRecord shards)."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("prepared")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.prepare_data",
+            "--input",
+            str(sample_pgn),
+            "--output",
+            str(out),
+            "--events",
+            "all",
+            "--val_frac",
+            "0.05",
+            "--test_frac",
+            "0.05",
+        ],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out

@@ -1,0 +1,1 @@
+"""Game records on disk (ArrayRecord shards), dataset preparation, and training batches."""
