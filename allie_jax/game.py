@@ -109,9 +109,7 @@ def encode_game(
         values[h - 1 :] = game.result
     enc = EncodedGame(tokens, policy, times, values, h)
     if max_len is not None and n > max_len:
-        enc = EncodedGame(
-            tokens[:max_len], policy[:max_len], times[:max_len], values[:max_len], h
-        )
+        enc = EncodedGame(tokens[:max_len], policy[:max_len], times[:max_len], values[:max_len], h)
     return enc
 
 

@@ -240,7 +240,13 @@ _SAN_RE = re.compile(
     r"^(?:[NBRQK]?[a-h]?[1-8]?x?[a-h][1-8](?:=?[NBRQnbrq])?|O-O-O|O-O|0-0-0|0-0)[+#]?$"
 )
 _SAN_PARTS_RE = re.compile(r"^([NBRQK])?([a-h])?([1-8])?x?([a-h][1-8])(?:=?([NBRQnbrq]))?[+#]?$")
-_PIECE_TYPES = {"N": chess.KNIGHT, "B": chess.BISHOP, "R": chess.ROOK, "Q": chess.QUEEN, "K": chess.KING}
+_PIECE_TYPES = {
+    "N": chess.KNIGHT,
+    "B": chess.BISHOP,
+    "R": chess.ROOK,
+    "Q": chess.QUEEN,
+    "K": chess.KING,
+}
 _PROMOTIONS = {c: chess.PIECE_SYMBOLS.index(c.lower()) for c in "NBRQnbrq"}
 _SQUARES = {name: i for i, name in enumerate(chess.SQUARE_NAMES)}
 _BB_SQUARES = chess.BB_SQUARES

@@ -42,9 +42,7 @@ def _generate_moves() -> list[str]:
                 if not 0 <= to_file < 8:
                     continue
                 for piece in PROMOTION_PIECES:
-                    promotions.append(
-                        _square(file, from_rank) + _square(to_file, to_rank) + piece
-                    )
+                    promotions.append(_square(file, from_rank) + _square(to_file, to_rank) + piece)
     return queen + knight + promotions
 
 
@@ -78,9 +76,7 @@ SPECIAL_TOKENS = {
 
 MOVE_TO_ID: dict[str, int] = {m: i for i, m in enumerate(MOVES)}
 TC_TO_ID: dict[str, int] = {tc: TC_OFFSET + i for i, tc in enumerate(TIME_CONTROLS)}
-_ID_TO_STR: tuple[str, ...] = (
-    MOVES + tuple(TIME_CONTROLS) + tuple(SPECIAL_TOKENS)
-)
+_ID_TO_STR: tuple[str, ...] = MOVES + tuple(TIME_CONTROLS) + tuple(SPECIAL_TOKENS)
 assert len(_ID_TO_STR) == VOCAB_SIZE
 
 

@@ -62,8 +62,10 @@ def main() -> None:
         return s, mask, done, result
 
     t = timed(step, state, last)
-    print(f"apply+legal_mask+outcome at batch {args.batch}: {t * 1e3:.2f} ms/step, "
-          f"{args.batch / t:.0f} positions/s")
+    print(
+        f"apply+legal_mask+outcome at batch {args.batch}: {t * 1e3:.2f} ms/step, "
+        f"{args.batch / t:.0f} positions/s"
+    )
     t = timed(chess_jax.legal_mask, state)
     print(f"legal_mask alone: {t * 1e3:.2f} ms/step")
     t = timed(chess_jax.apply, state, last)

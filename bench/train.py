@@ -73,7 +73,12 @@ def bench_size(name: str, batch: int, seq_len: int, steps: int, dtype: str) -> d
     @nnx.jit
     def baseline_step(model, optimizer, batch):
         def loss_of(model):
-            out = model(batch["inputs"], positions=batch["positions"], segment_ids=batch["segment_ids"], deterministic=False)
+            out = model(
+                batch["inputs"],
+                positions=batch["positions"],
+                segment_ids=batch["segment_ids"],
+                deterministic=False,
+            )
             return loss_fn(out, batch)[0]
 
         loss, grads = nnx.value_and_grad(loss_of)(model)
@@ -113,7 +118,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
-    print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()}  batch {args.batch}x{args.seq_len}")
+    print(
+        f"device: {jax.devices()[0].device_kind} x{jax.device_count()}  batch {args.batch}x{args.seq_len}"
+    )
     for name in args.sizes.split(","):
         r = bench_size(name, args.batch, args.seq_len, args.steps, args.dtype)
         print(

@@ -162,7 +162,7 @@ def trajectories(games: list[chess.Board]) -> list[dict[str, np.ndarray]]:
     out = []
     for start in range(0, total, CHUNK):
         idx = np.minimum(np.arange(start, start + CHUNK), total - 1)
-        out.append(jax.device_get(_record(jax.tree.map(lambda x: x[idx], states))))
+        out.append(jax.device_get(_record(jax.tree.map(lambda x, idx=idx: x[idx], states))))
     packed, std, rel = jax.tree.map(lambda *xs: np.concatenate(xs)[:total], *out)
     masks = np.unpackbits(packed, axis=-1)[:, : vocab.NUM_MOVES].astype(bool)
     result, offset = [], 0
@@ -170,8 +170,13 @@ def trajectories(games: list[chess.Board]) -> list[dict[str, np.ndarray]]:
         sl = slice(offset, offset + len(game.move_stack) + 1)
         offset = sl.stop
         result.append(
-            dict(mask=masks[sl], board=states.board[sl], color=states.color[sl],
-                 standard=(std[0][sl], std[1][sl]), released=(rel[0][sl], rel[1][sl]))
+            dict(
+                mask=masks[sl],
+                board=states.board[sl],
+                color=states.color[sl],
+                standard=(std[0][sl], std[1][sl]),
+                released=(rel[0][sl], rel[1][sl]),
+            )
         )
     return result
 
@@ -179,7 +184,7 @@ def trajectories(games: list[chess.Board]) -> list[dict[str, np.ndarray]]:
 def compare_games(games: list[chess.Board]) -> dict[str, int]:
     """Assert agreement at every ply of every game; return counts of what was covered."""
     stats = {"positions": 0, "black_to_move": 0}
-    for g, (game, ours) in enumerate(zip(games, trajectories(games))):
+    for g, (game, ours) in enumerate(zip(games, trajectories(games), strict=True)):
         board = chess.Board()
         for ply in range(len(game.move_stack) + 1):
             where = f"game {g} ply {ply} fen {board.fen()}"
@@ -244,7 +249,7 @@ def test_initial_position():
 
 
 def quiet_game(rng: random.Random, plies: int) -> list[str]:
-    """An opening, then ``plies`` random moves without captures, pawn moves or threefold repetition.
+    """An opening, then ``plies`` random moves without captures, pawn moves, checks or threefolds.
 
     It reaches the 50-move and 75-move rules, which random play rarely does before the material runs out.
     """
@@ -254,10 +259,10 @@ def quiet_game(rng: random.Random, plies: int) -> list[str]:
     for _ in range(plies):
         candidates = []
         for move in board.legal_moves:
-            if board.is_zeroing(move):
+            if board.is_zeroing(move) or board.gives_check(move):
                 continue
             board.push(move)
-            if not board.is_repetition(3) and not board.is_game_over():
+            if not board.is_repetition(3):
                 candidates.append(move)
             board.pop()
         if not candidates:
@@ -288,14 +293,29 @@ def test_constructed_game_ends():
             board.push_uci(m)
         boards.append(board)
     stats = compare_games(boards)
-    for feature in ("threefold", "fivefold", "checkmate", "stalemate", "en_passant", "fifty", "seventyfive"):
+    for feature in (
+        "threefold",
+        "fivefold",
+        "checkmate",
+        "stalemate",
+        "en_passant",
+        "fifty",
+        "seventyfive",
+    ):
         assert stats[feature] > 0, feature
 
 
 def test_random_games_match_python_chess():
     stats = compare_games(random_games(48, seed=1))
     assert stats["positions"] >= 8000, stats
-    for feature in ("castling", "en_passant", "underpromotion", "insufficient", "threefold", "checkmate"):
+    for feature in (
+        "castling",
+        "en_passant",
+        "underpromotion",
+        "insufficient",
+        "threefold",
+        "checkmate",
+    ):
         assert stats[feature] > 0, (feature, stats)
     assert stats["black_to_move"] > stats["positions"] // 3
 
@@ -354,4 +374,4 @@ def test_bad_inputs_are_rejected():
     with pytest.raises(ValueError, match="standard position"):
         chess_jax.board_to_move_ids(chess.Board("8/8/8/8/8/8/8/K6k w - - 0 1"))
     with pytest.raises(ValueError, match="vocabulary"):
-        chess_jax.uci_to_move_ids(["e1h1"])
+        chess_jax.uci_to_move_ids(["e2e4", "a1a1"])

@@ -70,7 +70,7 @@ def test_extend_with_path_equals_full_pass_and_leaves_root_alone(setup):
     b = len(seqs)
     prefix = np.array([20, 31, 9])
     root = model.init_cache(b, max_len=64)
-    root_tokens = pad_rows([s[:p] for s, p in zip(seqs, prefix)], length=40)
+    root_tokens = pad_rows([s[:p] for s, p in zip(seqs, prefix, strict=True)], length=40)
     _, root = _extend(model, jnp.asarray(root_tokens), root, jnp.asarray(prefix, jnp.int32))
     root_k = np.asarray(root.k).copy()
 
@@ -79,7 +79,7 @@ def test_extend_with_path_equals_full_pass_and_leaves_root_alone(setup):
     path_k = jnp.zeros((cfg.num_layers, b, depth, cfg.num_heads, cfg.head_dim))
     path_v = jnp.zeros_like(path_k)
     for d in range(depth):
-        tok = np.array([[s[p + d]] for s, p in zip(seqs, prefix)], np.int32)
+        tok = np.array([[s[p + d]] for s, p in zip(seqs, prefix, strict=True)], np.int32)
         path_len = jnp.full((b,), d, jnp.int32)
         out, nk, nv = _path(model, jnp.asarray(tok), root, path_k, path_v, path_len)
         assert nk.shape == (cfg.num_layers, b, 1, cfg.num_heads, cfg.head_dim)
@@ -90,7 +90,9 @@ def test_extend_with_path_equals_full_pass_and_leaves_root_alone(setup):
 
     # Several tokens at once after a path of different lengths per row.
     path_len = jnp.array([2, 5, 0], jnp.int32)
-    toks = np.array([s[p + int(pl) : p + int(pl) + 3] for s, p, pl in zip(seqs, prefix, path_len)])
+    toks = np.array(
+        [s[p + int(pl) : p + int(pl) + 3] for s, p, pl in zip(seqs, prefix, path_len, strict=True)]
+    )
     out, nk, _ = _path(model, jnp.asarray(toks, jnp.int32), root, path_k, path_v, path_len)
     for r in range(b):
         start = prefix[r] + int(path_len[r])

@@ -63,7 +63,9 @@ def load_sample_games(path, n: int) -> list[game_lib.Game]:
     return games
 
 
-def pad_rows(seqs: list[np.ndarray], length: int | None = None, fill: int = vocab.PAD) -> np.ndarray:
+def pad_rows(
+    seqs: list[np.ndarray], length: int | None = None, fill: int = vocab.PAD
+) -> np.ndarray:
     length = length or max(len(s) for s in seqs)
     out = np.full((len(seqs), length), fill, np.int32)
     for i, s in enumerate(seqs):
@@ -95,7 +97,7 @@ def reference_forward(params: dict, cfg: ModelConfig, tokens: np.ndarray):
         else:
             x[i] = p["wte"][tok]
     x = x + p["wpe"][:t]
-    n, hd = cfg.num_heads, cfg.head_dim
+    hd = cfg.head_dim
     for li in range(cfg.num_layers):
         b = p["blocks"][li]
         h = ln(x, b["ln_1"])
@@ -163,7 +165,9 @@ def test_config_errors_name_the_problem():
 
 def test_every_parameter_has_logical_axis_names(model):
     params = nnx.state(model, nnx.Param)
-    for path, var in jax.tree.leaves_with_path(params, is_leaf=lambda x: isinstance(x, nnx.Variable)):
+    for path, var in jax.tree.leaves_with_path(
+        params, is_leaf=lambda x: isinstance(x, nnx.Variable)
+    ):
         names = var.get_metadata().get("out_sharding")
         assert names is not None and len(names) == var[...].ndim, (path, names)
         assert all(n is None or n in sh.LOGICAL_AXES for n in names), (path, names)
@@ -214,8 +218,12 @@ def test_packed_games_do_not_attend_across_segments(model, games):
         alone.policy_logits[1, : len(b)],
         atol=1e-5,
     )
-    np.testing.assert_allclose(packed.value[0, len(a) : len(a) + len(b)], alone.value[1, : len(b)], atol=1e-5)
-    np.testing.assert_allclose(packed.time[0, len(a) : len(a) + len(b)], alone.time[1, : len(b)], atol=1e-5)
+    np.testing.assert_allclose(
+        packed.value[0, len(a) : len(a) + len(b)], alone.value[1, : len(b)], atol=1e-5
+    )
+    np.testing.assert_allclose(
+        packed.time[0, len(a) : len(a) + len(b)], alone.time[1, : len(b)], atol=1e-5
+    )
 
 
 def test_bfloat16_computation_keeps_float32_params_and_outputs(games):
@@ -278,3 +286,6 @@ def test_logical_constraints_apply_under_an_auto_mesh(games):
         out = _forward(model, tokens, None, None)
     ref = _forward(AllieModel(tiny(), rngs=nnx.Rngs(1)), tokens, None, None)
     np.testing.assert_allclose(out.policy_logits, ref.policy_logits, atol=1e-6)
+
+
+REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]

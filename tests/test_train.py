@@ -57,8 +57,17 @@ def test_resume_gives_identical_parameters(prepared_sample, tmp_path):
     # Metrics were logged as JSONL and TensorBoard events.
     records = [json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()]
     train_records = [r for r in records if r["split"] == "train"]
-    assert {"loss", "policy_loss", "time_loss", "value_loss", "learning_rate", "grad_norm",
-            "tokens_per_second", "mfu", "step_time"} <= set(train_records[-1])
+    assert {
+        "loss",
+        "policy_loss",
+        "time_loss",
+        "value_loss",
+        "learning_rate",
+        "grad_norm",
+        "tokens_per_second",
+        "mfu",
+        "step_time",
+    } <= set(train_records[-1])
     assert any(r["split"] == "val" and "policy_accuracy" in r for r in records)
     assert list((straight / "tensorboard").iterdir())
     assert (straight / "best").is_dir() and (straight / "config.json").is_file()

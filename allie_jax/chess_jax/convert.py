@@ -28,12 +28,16 @@ def board_to_move_ids(board: chess.Board) -> np.ndarray:
     return uci_to_move_ids([m.uci() for m in board.move_stack])
 
 
-def pad_move_ids(games: Sequence[Sequence[int]], length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def pad_move_ids(
+    games: Sequence[Sequence[int]], length: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Stack variable-length move-id lists into (move_ids int32 [B, T], lengths int32 [B])."""
     lengths = np.asarray([len(g) for g in games], dtype=np.int32)
     width = int(lengths.max(initial=0)) if length is None else length
     if width < lengths.max(initial=0):
-        raise ValueError(f"length={length} is shorter than the longest game ({lengths.max()} moves)")
+        raise ValueError(
+            f"length={length} is shorter than the longest game ({lengths.max()} moves)"
+        )
     out = np.zeros((len(games), max(width, 1)), dtype=np.int32)
     for i, g in enumerate(games):
         out[i, : len(g)] = g

@@ -1,7 +1,8 @@
 """Chess rules for batches of positions inside ``jax.jit``, in Allie's 1,968-move vocabulary.
 
-Move generation and move application are pgx's (its side-relative board: the side to move is
-positive and sits on ranks 1-2); game end is ours so that it matches python-chess exactly:
+Move application and pseudo-legal move generation are pgx's (its side-relative board: the side to
+move is positive and sits on ranks 1-2); the legality filter (``movegen``) and game end are ours,
+the latter so that it matches python-chess exactly:
 
 * ``rules="standard"``: checkmate, stalemate, insufficient material, threefold repetition and the
   50-move rule all end the game (python-chess: ``is_checkmate() or is_stalemate() or
@@ -26,7 +27,7 @@ import numpy as np
 from pgx._src.games import chess as pgx_chess
 
 from allie_jax import vocab
-from allie_jax.chess_jax import mapping
+from allie_jax.chess_jax import mapping, movegen
 
 HISTORY = 150
 RULES = ("standard", "released")
@@ -165,7 +166,7 @@ def _apply_one(s: ChessState, move_id: jax.Array) -> ChessState:
 
 
 def _legal_mask_one(s: ChessState) -> jax.Array:
-    pgx_mask = pgx_chess._legal_action_mask(_pgx_state(s))
+    pgx_mask = movegen.legal_action_mask(_pgx_state(s))
     pgx_mask = jnp.concatenate([pgx_mask, jnp.zeros((1,), jnp.bool_)])  # NO_ACTION column
     legal = pgx_mask[_VOCAB_TO_PGX[s.color]]
     pawn = s.board[_MOVE_FROM[s.color]] == PAWN

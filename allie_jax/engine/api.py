@@ -263,22 +263,37 @@ class Allie:
             if b.is_game_over(claim_draw=False) or not any(True for _ in b.legal_moves):
                 raise ValueError(f"game {i} is over ({b.result()}): no move to play")
         config = make_config(preset, **overrides)
-        key = as_jax_key(rng)
+        key_search, key_direct = jax.random.split(as_jax_key(rng))
+        # The Searcher replays from the standard start inside jit and reads at most max_len
+        # tokens; FEN starts, over-long games and claimable draws are answered directly.
+        why = [self._direct_reason(g, f, b) for g, f, b in zip(games, fens, boards, strict=True)]
         decisions: list[Decision | None] = [None] * len(games)
-        std = [i for i, f in enumerate(fens) if f is None]
-        fen = [i for i, f in enumerate(fens) if f is not None]
-        key_search, key_direct = jax.random.split(key)
+        std = [i for i, w in enumerate(why) if not w]
         if std:
-            searched = self._search_or_direct([games[i] for i in std], config, key_search)
-            for i, d in zip(std, searched, strict=True):
-                decisions[i] = d
-        if fen:
+            try:
+                searched = self._search_or_direct([games[i] for i in std], config, key_search)
+            except ValueError as exc:  # a position the Searcher refuses: never lose the move
+                why = [w or f"(search refused: {exc})" for w in why]
+            else:
+                for i, d in zip(std, searched, strict=True):
+                    decisions[i] = d
+        for reason in sorted({w for i, w in enumerate(why) if decisions[i] is None}):
+            idx = [i for i, w in enumerate(why) if w == reason and decisions[i] is None]
             direct = self._direct(
-                [games[i] for i in fen], [boards[i] for i in fen], config, key_direct
+                [games[i] for i in idx], [boards[i] for i in idx], config, key_direct, reason
             )
-            for i, d in zip(fen, direct, strict=True):
+            for i, d in zip(idx, direct, strict=True):
                 decisions[i] = d
         return decisions  # type: ignore[return-value]
+
+    def _direct_reason(self, game: Game, fen: str | None, board: chess.Board) -> str:
+        if fen is not None:
+            return "from a FEN"
+        if len(game.moves) + 3 > self._forward.max_len:
+            return "beyond the model's context"
+        if board.is_repetition(3) or board.is_fifty_moves():
+            return "in a claimable draw"
+        return ""
 
     def _search_or_direct(self, games: list[Game], config: Any, key: jax.Array) -> list[Decision]:
         if not _search_available() and self._searcher_factory is None:

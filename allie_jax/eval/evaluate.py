@@ -52,6 +52,8 @@ class EvalConfig:
     stockfish: str | None = None  # path of a UCI Stockfish for the oracle value comparison
     stockfish_positions: int = 200
     stockfish_nodes: int = 20_000
+    calibration_pgn: str | None = None  # games played by systems (the match tool's PGN) ...
+    calibration_systems: tuple[str, ...] = ()  # ... and the system names in its headers
     seed: int = 0
     progress: bool = True
     plots: bool = True
@@ -66,6 +68,8 @@ class EvalConfig:
         for name in ("search_positions", "random_games", "stockfish_positions"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be non-negative")
+        if bool(self.calibration_pgn) != bool(self.calibration_systems):
+            raise ValueError("calibration needs both calibration_pgn and calibration_systems")
 
 
 @dataclasses.dataclass
@@ -332,14 +336,18 @@ def search_accuracy(
     searcher = Searcher(model, SearchConfig.preset(mode))
     key = jax.random.key(cfg.seed + 1)
     picks, sims = [], []
+    size = cfg.search_batch_size
     with _progress(len(games), f"search:{mode}", cfg.progress) as bar:
-        for start in range(0, len(games), cfg.search_batch_size):
-            batch = list(games[start : start + cfg.search_batch_size])
+        for start in range(0, len(games), size):
+            batch = list(games[start : start + size])
+            n = len(batch)
+            if start > 0:  # keep one batch shape: a smaller last batch would compile again
+                batch += [batch[-1]] * (size - n)
             key, sub = jax.random.split(key)
             out = searcher.run(batch, sub)
-            picks.append(np.asarray(out.policy).argmax(axis=1))
-            sims.append(np.asarray(out.num_sims))
-            bar.update(len(batch))
+            picks.append(np.asarray(out.policy)[:n].argmax(axis=1))
+            sims.append(np.asarray(out.num_sims)[:n])
+            bar.update(n)
     sims_a = np.concatenate(sims) if sims else np.zeros(0)
     return (
         np.concatenate(picks) if picks else np.zeros(0, int),
@@ -466,6 +474,12 @@ def evaluate(
     report["value"] = value_block(results, gps)
     if cfg.stockfish:
         report["value"]["stockfish"] = stockfish_block(cfg.stockfish, gps, games, results, cfg)
+
+    if cfg.calibration_pgn:
+        from allie_jax.eval.calibration import calibration_from_pgn
+
+        table = calibration_from_pgn(cfg.calibration_pgn, cfg.calibration_systems)
+        report["calibration"] = table.to_dict()
 
     positions = sum(covered)
     report["meta"] = {

@@ -25,8 +25,34 @@ from allie_jax.game import NO_TIME, Game
 SPECIAL_MOVES = ("castling", "en_passant", "promotion", "threefold")
 
 
+def _move_index_table() -> np.ndarray:
+    """int32 [64 · 64 · 6]: (from, to, python-chess promotion piece type or 0) -> token id (−1 none).
+
+    Indexing by squares avoids building a UCI string per legal move (the evaluator's hot loop).
+    """
+    table = np.full(64 * 64 * 6, -1, dtype=np.int32)
+    piece = (
+        0,
+        chess.QUEEN,
+        chess.ROOK,
+        chess.BISHOP,
+        chess.KNIGHT,
+    )  # vocab promo 0 none, 1..4 qrbn
+    for i, (frm, to, promo) in enumerate(vocab.move_table()):
+        table[(frm * 64 + to) * 6 + piece[int(promo)]] = i
+    return table
+
+
+_MOVE_INDEX = _move_index_table()
+
+
+def _key(move: chess.Move) -> int:
+    return (move.from_square * 64 + move.to_square) * 6 + (move.promotion or 0)
+
+
 def _legal_ids(board: chess.Board) -> np.ndarray:
-    return np.fromiter((vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves), dtype=np.int32)
+    ids = _MOVE_INDEX[[_key(m) for m in board.generate_legal_moves()]]
+    return ids.astype(np.int32, copy=False)
 
 
 def initial_clock(time_control: str | None) -> float:

@@ -32,7 +32,9 @@ class ModelConfig:
     layer_norm_eps: float = 1e-5
     dtype: str = "float32"  # computation dtype; "bfloat16" for accelerators
     param_dtype: str = "float32"
-    attention_impl: str | None = None  # jax.nn.dot_product_attention implementation (None/xla/cudnn)
+    attention_impl: str | None = (
+        None  # jax.nn.dot_product_attention implementation (None/xla/cudnn)
+    )
     remat: bool = False  # rematerialise each block in the backward pass (saves activation memory)
 
     def __post_init__(self) -> None:
@@ -42,7 +44,9 @@ class ModelConfig:
             )
         for field in ("dtype", "param_dtype"):
             if getattr(self, field) not in _DTYPES:
-                raise ValueError(f"{field}={getattr(self, field)!r}: expected one of {list(_DTYPES)}")
+                raise ValueError(
+                    f"{field}={getattr(self, field)!r}: expected one of {list(_DTYPES)}"
+                )
         if self.attention_impl not in (None, "xla", "cudnn"):
             raise ValueError(f"attention_impl={self.attention_impl!r}: expected None, xla or cudnn")
 

@@ -326,12 +326,8 @@ class AllieModel(nnx.Module):
         for i, block in enumerate(self.blocks):
             q, k, v = block.attention_inputs(x)
             dt = q.dtype
-            keys = jnp.concatenate(
-                [root_cache.k[i].astype(dt), path_k[i].astype(dt), k], axis=1
-            )
-            values = jnp.concatenate(
-                [root_cache.v[i].astype(dt), path_v[i].astype(dt), v], axis=1
-            )
+            keys = jnp.concatenate([root_cache.k[i].astype(dt), path_k[i].astype(dt), k], axis=1)
+            values = jnp.concatenate([root_cache.v[i].astype(dt), path_v[i].astype(dt), v], axis=1)
             x = block.finish(x, q, keys, values, mask, True)
             new_k.append(k.astype(root_cache.k.dtype))
             new_v.append(v.astype(root_cache.v.dtype))

@@ -98,9 +98,7 @@ def _replay(move_ids, lengths, rules):
     return state, legal, done
 
 
-@functools.partial(
-    jax.jit, static_argnames=("graphdef", "num_nodes", "config", "tree_params")
-)
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_nodes", "config", "tree_params"))
 def _search(
     graphdef,
     params,
@@ -132,9 +130,7 @@ def _search(
             lambda t, i: selection.completed_q(t, i, fpu_mode=config.fpu_mode, fpu=config.fpu),
             in_axes=(0, None),
         )(tree, 0)
-        lam = pibar.kl_lambda(
-            c_puct, visits.sum(-1), legal.sum(-1), sqrt=config.lambda_sqrt
-        )
+        lam = pibar.kl_lambda(c_puct, visits.sum(-1), legal.sum(-1), sqrt=config.lambda_sqrt)
         if config.final_policy == "pibar":
             searched = pibar.pibar(q, prior, legal, lam, iterations=config.pibar_iterations)
         else:

@@ -24,7 +24,9 @@ import jax
 import jax.numpy as jnp
 import mctx
 
-ILLEGAL_LOGIT = -1e9  # prior logit of an illegal move (finite: softmax of a terminal node stays NaN-free)
+ILLEGAL_LOGIT = (
+    -1e9
+)  # prior logit of an illegal move (finite: softmax of a terminal node stays NaN-free)
 _LEGAL_THRESHOLD = 0.5 * ILLEGAL_LOGIT
 
 
@@ -37,7 +39,9 @@ def mask_logits(logits: jax.Array, legal: jax.Array) -> jax.Array:
     return jnp.where(legal, logits, ILLEGAL_LOGIT)
 
 
-def completed_q(tree: mctx.Tree, node_index: chex.Numeric, *, fpu_mode: str, fpu: float) -> jax.Array:
+def completed_q(
+    tree: mctx.Tree, node_index: chex.Numeric, *, fpu_mode: str, fpu: float
+) -> jax.Array:
     """Q(s, ·) [A] of an unbatched tree: visited children's mean values, FPU for the rest."""
     visited_q = tree.qvalues(node_index)
     if fpu_mode == "absolute":
@@ -52,8 +56,8 @@ def make_puct_selection(
 ) -> Callable[[chex.PRNGKey, mctx.Tree, chex.Numeric, chex.Numeric], chex.Array]:
     """An mctx ``(rng_key, tree, node_index, depth) -> action`` function (used at every node)."""
 
-    def select(rng_key, tree: mctx.Tree, node_index, depth):
-        del rng_key, depth
+    def select(rng_key, tree: mctx.Tree, node_index, depth=None):
+        del rng_key, depth  # mctx calls root selection without depth
         logits = tree.children_prior_logits[node_index]
         legal = legal_from_logits(logits)
         prior = jax.nn.softmax(logits)

@@ -69,9 +69,7 @@ def init_tree(root: NodeEval, c_puct: chex.Array, num_nodes: int) -> Tree:
         "frozen": jnp.asarray(root.terminal, bool),
     }
     return mctx_search.instantiate_tree_from_root(
-        mctx.RootFnOutput(
-            prior_logits=root.prior_logits, value=root.value, embedding=embeddings
-        ),
+        mctx.RootFnOutput(prior_logits=root.prior_logits, value=root.value, embedding=embeddings),
         num_nodes - 1,
         root_invalid_actions=jnp.zeros_like(root.prior_logits),
         extra_data={"c_puct": jnp.asarray(c_puct, jnp.float32)},
@@ -89,9 +87,7 @@ def _path_nodes(parents: chex.Array, depth: chex.Array, node: chex.Array, max_pa
         idx = jnp.where(idx > 0, parents[jnp.maximum(idx, 0)], 0)
         return idx, path
 
-    _, path = jax.lax.fori_loop(
-        0, max_path, body, (node, jnp.zeros((max_path,), jnp.int32))
-    )
+    _, path = jax.lax.fori_loop(0, max_path, body, (node, jnp.zeros((max_path,), jnp.int32)))
     return path, d
 
 

@@ -62,9 +62,13 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     """Fail fast on everything a misconfigured pod job would otherwise discover late."""
     data_dir = pathlib.Path(config.data.data_dir) if config.data.data_dir else None
     if data_dir is None:
-        raise ValueError("config.data.data_dir is empty: pass --data_dir (output of launch.prepare_data)")
+        raise ValueError(
+            "config.data.data_dir is empty: pass --data_dir (output of launch.prepare_data)"
+        )
     if not (data_dir / "train").is_dir():
-        raise FileNotFoundError(f"no train split under data_dir {data_dir} (run launch.prepare_data)")
+        raise FileNotFoundError(
+            f"no train split under data_dir {data_dir} (run launch.prepare_data)"
+        )
     gpt2 = config.model.init_from_gpt2
     if gpt2 and not pathlib.Path(gpt2).is_file():
         raise FileNotFoundError(f"config.model.init_from_gpt2 names a missing file: {gpt2}")
@@ -116,9 +120,11 @@ def create_sharded_state(model_config: ModelConfig, config, mesh, tx, init_param
     state = jax.jit(lambda p, r: init_train_state(p, r, tx))(params, rest)
     # Scalars created inside the jit (step, Adam's count) carry no input sharding: replicate them.
     state = jax.tree.map(
-        lambda x: x
-        if isinstance(x.sharding, jax.sharding.NamedSharding)
-        else jax.device_put(x, shd.replicated(mesh)),
+        lambda x: (
+            x
+            if isinstance(x.sharding, jax.sharding.NamedSharding)
+            else jax.device_put(x, shd.replicated(mesh))
+        ),
         state,
     )
     return graphdef, state
@@ -153,7 +159,9 @@ def _data_iterator(config, split: str, *, local_batch: int, augment: bool, num_e
 def evaluate(config, eval_step, state, batch_sharding, local_batch: int) -> dict[str, float]:
     """Mean of the eval metrics over ``eval_batches`` batches of the val split (no augmentation)."""
     try:
-        iterator = _data_iterator(config, "val", local_batch=local_batch, augment=False, num_epochs=1)
+        iterator = _data_iterator(
+            config, "val", local_batch=local_batch, augment=False, num_epochs=1
+        )
     except (FileNotFoundError, ValueError) as err:
         log.warning("no validation data: %s", err)
         return {}
@@ -213,7 +221,9 @@ def build_trainer(config, model_config: ModelConfig, mesh) -> Trainer:
     return Trainer(graphdef, state, train_step, eval_step, batch_sh, mesh)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib.Path) -> TrainResult:
+def train_and_evaluate(
+    config: ml_collections.ConfigDict, workdir: str | pathlib.Path
+) -> TrainResult:
     _maybe_initialize_distributed(config)
     validate_config(config)
     workdir = pathlib.Path(workdir)
@@ -230,7 +240,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | pathlib
 
     global_batch = int(config.train.batch_size)
     local_batch = global_batch // jax.process_count()
-    iterator = _data_iterator(config, "train", local_batch=local_batch, augment=bool(config.data.augment))
+    iterator = _data_iterator(
+        config, "train", local_batch=local_batch, augment=bool(config.data.augment)
+    )
 
     checkpointer = Checkpointer(
         workdir,
@@ -349,7 +361,7 @@ def write_summary(result: TrainResult) -> str:
             f"validation: loss {result.val_metrics['loss']:.4f}, move accuracy "
             f"{result.val_metrics.get('policy_accuracy', float('nan')):.4f}"
         )
-    lines.append(f"checkpoints: {result.checkpoint_dir} (best by val loss: {result.workdir / 'best'})")
+    lines.append(
+        f"checkpoints: {result.checkpoint_dir} (best by val loss: {result.workdir / 'best'})"
+    )
     return "\n".join(lines)
-
-

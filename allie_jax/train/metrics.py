@@ -40,7 +40,9 @@ def device_peak_flops(device: jax.Device | None = None) -> tuple[float, bool]:
     return NOMINAL_CPU_PEAK_FLOPS, False
 
 
-def training_flops_per_token(num_params: int, num_layers: int, embed_dim: int, seq_len: int) -> float:
+def training_flops_per_token(
+    num_params: int, num_layers: int, embed_dim: int, seq_len: int
+) -> float:
     """6·N for the matmuls plus the attention term of PaLM's appendix B (12·L·d·T)."""
     return 6.0 * num_params + 12.0 * num_layers * embed_dim * seq_len
 

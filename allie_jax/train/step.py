@@ -41,9 +41,7 @@ def make_train_step(
 
     def grads_of(params, rest, micro):
         grad_fn = jax.value_and_grad(_forward, argnums=1, has_aux=True)
-        (loss, (metrics, rest)), grads = grad_fn(
-            graphdef, params, rest, micro, False, loss_weights
-        )
+        (loss, (metrics, rest)), grads = grad_fn(graphdef, params, rest, micro, False, loss_weights)
         return grads, loss, metrics, rest
 
     def train_step(state: TrainState, batch: Batch):

@@ -1,0 +1,272 @@
+"""Saving and loading models: ``DIR/config.json`` + ``DIR/params`` (Orbax), training workdirs, safetensors.
+
+A model directory holds exactly the parameters (an ``nnx.State`` of ``nnx.Param`` as a pure dict)
+and the ``ModelConfig`` that shapes them. ``load_model`` also accepts a training workdir:
+
+    WORKDIR/config.json                      the run's config (see ``config_from_json``)
+    WORKDIR/checkpoints/<step>/params/       Orbax CheckpointManager item "params" (pure dict)
+
+and restores its best step (lowest saved ``val_loss`` metric by default), else its latest. ``restore_params_from_workdir`` is that second half on its own, so the
+training code can reuse or adapt it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import nnx
+
+from allie_jax.model.config import ModelConfig
+from allie_jax.model.transformer import AllieModel
+
+CONFIG_FILE = "config.json"
+PARAMS_DIR = "params"
+CHECKPOINTS_DIR = "checkpoints"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint path that cannot be read as a model; the message names the path."""
+
+
+# ---------------------------------------------------------------------------- building models
+def abstract_model(config: ModelConfig) -> AllieModel:
+    """A model whose parameters are shapes only (no memory, no random init)."""
+    return nnx.eval_shape(lambda: AllieModel(config, rngs=nnx.Rngs(0)))
+
+
+def abstract_params(config: ModelConfig) -> dict:
+    """The pure-dict tree of ``jax.ShapeDtypeStruct`` that checkpoints of ``config`` must match."""
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    state = nnx.state(abstract_model(config), nnx.Param).to_pure_dict()
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), state)
+
+
+def model_from_params(config: ModelConfig, params: Mapping, *, seed: int = 0) -> AllieModel:
+    """An ``AllieModel`` holding ``params`` (a pure dict), without allocating a random init first."""
+    model = abstract_model(config)
+    state = nnx.state(model, nnx.Param)
+    expected = flatten_params(state.to_pure_dict(), to_numpy=False)
+    got = flatten_params(_int_keys(params), to_numpy=False)
+    if set(expected) != set(got):
+        raise CheckpointError(
+            "parameter names do not match the config: "
+            f"missing {sorted(set(expected) - set(got))[:5]}, "
+            f"unexpected {sorted(set(got) - set(expected))[:5]}"
+        )
+    for name, want in expected.items():
+        if tuple(got[name].shape) != tuple(want.shape):
+            raise CheckpointError(
+                f"parameter {name}: shape {tuple(got[name].shape)} in the checkpoint, "
+                f"{tuple(want.shape)} in the config"
+            )
+    dtype = config.parameter_dtype
+    state.replace_by_pure_dict(unflatten_params({k: jnp.asarray(v, dtype) for k, v in got.items()}))
+    nnx.update(model, state)
+    _materialise_rngs(model, seed)
+    return model
+
+
+def _materialise_rngs(model: AllieModel, seed: int) -> None:
+    """Give the dropout streams of an abstract model real keys (they carry no learned state)."""
+    state = nnx.state(model, nnx.RngState)
+    leaves, treedef = jax.tree.flatten(state)
+    fresh = [
+        jax.random.fold_in(jax.random.key(seed), i)
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+        else jnp.zeros(x.shape, x.dtype)
+        for i, x in enumerate(leaves)
+    ]
+    nnx.update(model, jax.tree.unflatten(treedef, fresh))
+
+
+def _int_keys(tree: Any) -> Any:
+    """Orbax restores ``nnx.List`` indices as strings when no target is given; undo that."""
+    if isinstance(tree, Mapping):
+        return {
+            (int(k) if isinstance(k, str) and k.isdigit() else k): _int_keys(v)
+            for k, v in tree.items()
+        }
+    return tree
+
+
+# ---------------------------------------------------------------------------- model directories
+def params_dict(model: AllieModel) -> dict:
+    return nnx.state(model, nnx.Param).to_pure_dict()
+
+
+def save_model(model: AllieModel, path: str | os.PathLike) -> pathlib.Path:
+    """Write ``path/config.json`` and ``path/params`` (overwriting a previous save)."""
+    path = pathlib.Path(path).absolute()
+    path.mkdir(parents=True, exist_ok=True)
+    (path / CONFIG_FILE).write_text(model.config.to_json())
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(path / PARAMS_DIR, params_dict(model), force=True)
+    checkpointer.wait_until_finished()
+    return path
+
+
+def config_from_json(data: Mapping[str, Any], *, source: str = "config") -> ModelConfig:
+    """A ModelConfig from a model dir's config.json or a training run's.
+
+    Accepted: the ModelConfig fields themselves; or a ``"model"`` entry holding either those
+    fields, a size name (``"allie_medium"``), or ``{"size": name, **overrides}``.
+    """
+    fields = set(ModelConfig.__dataclass_fields__)
+    if data and set(data) <= fields:
+        return ModelConfig.from_dict(dict(data))
+    model = data.get("model")
+    if isinstance(model, str):
+        return ModelConfig.named(model)
+    if isinstance(model, Mapping):
+        model = dict(model)
+        size = model.pop("size", None) or model.pop("name", None)
+        overrides = {k: v for k, v in model.items() if k in fields}
+        return ModelConfig.named(size, **overrides) if size else ModelConfig.from_dict(overrides)
+    raise CheckpointError(
+        f"{source}: no model configuration (ModelConfig fields or a 'model' entry)"
+    )
+
+
+def _read_config(path: pathlib.Path) -> ModelConfig:
+    file = path / CONFIG_FILE
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{file}: missing") from None
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{file}: not JSON ({err})") from None
+    return config_from_json(data, source=str(file))
+
+
+def best_or_latest_step(
+    manager: ocp.CheckpointManager, best_metric: str = "val_loss", best_mode: str = "min"
+) -> int | None:
+    """The step whose saved metrics have the best ``best_metric``; the latest if none has it."""
+    scored = []
+    for step in manager.all_steps():
+        metrics = manager.metrics(step) or {}
+        if best_metric in metrics:
+            scored.append((float(metrics[best_metric]), step))
+    if scored:
+        pick = min if best_mode == "min" else max
+        return pick(scored)[1]
+    return manager.latest_step()
+
+
+def restore_params_from_workdir(
+    workdir: str | os.PathLike,
+    config: ModelConfig,
+    step: int | None = None,
+    *,
+    best_metric: str = "val_loss",
+    best_mode: str = "min",
+) -> tuple[dict, int]:
+    """Params (pure dict) of a run's best step (by saved metrics), else its latest, and the step.
+
+    The run saves with ``CheckpointManager(WORKDIR/checkpoints).save(step,
+    args=ocp.args.Composite(params=ocp.args.StandardSave(pure_dict), ...), metrics={...})``;
+    other items (optimizer state, data iterator) are ignored here.
+    """
+    ckpt_dir = pathlib.Path(workdir).absolute() / CHECKPOINTS_DIR
+    manager = ocp.CheckpointManager(ckpt_dir)
+    try:
+        if step is None:
+            step = best_or_latest_step(manager, best_metric, best_mode)
+        if step is None:
+            raise CheckpointError(f"{ckpt_dir}: no checkpoints")
+        restored = manager.restore(
+            step,
+            args=ocp.args.Composite(
+                **{PARAMS_DIR: ocp.args.StandardRestore(abstract_params(config))}
+            ),
+        )
+    finally:
+        manager.close()
+    return dict(restored[PARAMS_DIR]), int(step)
+
+
+def load_model(
+    path: str | os.PathLike, *, step: int | None = None, **config_overrides: Any
+) -> AllieModel:
+    """A model from a model directory or a training workdir.
+
+    ``config_overrides`` change non-shape fields at load time, e.g. ``dtype="bfloat16"`` for
+    inference or ``dropout=0.0``.
+    """
+    path = pathlib.Path(path).absolute()
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    config = _read_config(path)
+    if config_overrides:
+        config = ModelConfig.from_dict({**config.to_dict(), **config_overrides})
+    if (path / PARAMS_DIR).exists():
+        params = ocp.StandardCheckpointer().restore(path / PARAMS_DIR, abstract_params(config))
+    elif (path / CHECKPOINTS_DIR).exists():
+        params, _ = restore_params_from_workdir(path, config, step)
+    else:
+        raise CheckpointError(
+            f"{path}: neither a model directory ({PARAMS_DIR}/) nor a training workdir "
+            f"({CHECKPOINTS_DIR}/)"
+        )
+    return model_from_params(config, params)
+
+
+# ---------------------------------------------------------------------------- safetensors
+def flatten_params(params: Mapping, *, to_numpy: bool = True) -> dict[str, Any]:
+    """``{"blocks.0.attn.query": array, ...}``: the names used in safetensors exports."""
+    out: dict[str, np.ndarray] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = np.asarray(node) if to_numpy else node
+
+    walk("", params)
+    return out
+
+
+def unflatten_params(flat: Mapping[str, np.ndarray]) -> dict:
+    tree: dict = {}
+    for name, value in flat.items():
+        node = tree
+        *parents, leaf = name.split(".")
+        for p in parents:
+            node = node.setdefault(int(p) if p.isdigit() else p, {})
+        node[leaf] = value
+    return tree
+
+
+def export_safetensors(model: AllieModel, path: str | os.PathLike) -> pathlib.Path:
+    """All parameters in one ``.safetensors`` file, the config JSON in its metadata."""
+    from safetensors.numpy import save_file
+
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flat = {k: np.ascontiguousarray(v) for k, v in flatten_params(params_dict(model)).items()}
+    save_file(flat, str(path), metadata={"config": model.config.to_json()})
+    return path
+
+
+def load_safetensors(path: str | os.PathLike) -> AllieModel:
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file")
+    with safe_open(str(path), framework="numpy") as f:
+        meta = f.metadata() or {}
+    if "config" not in meta:
+        raise CheckpointError(f"{path}: no 'config' in the safetensors metadata")
+    config = ModelConfig.from_dict(json.loads(meta["config"]))
+    return model_from_params(config, unflatten_params(load_file(str(path))))

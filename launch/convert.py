@@ -1,0 +1,47 @@
+"""Convert weights into an allie-jax model directory (config.json + Orbax params).
+
+    python -m launch.convert --format gpt2 --input gpt2-medium/model.safetensors \
+        --output ckpt/init --size allie_medium
+    python -m launch.convert --format allie --input best.pt --output ckpt/allie \
+        --safetensors ckpt/allie.safetensors
+"""
+
+from __future__ import annotations
+
+from absl import app, flags
+
+from allie_jax.convert import ConversionError, convert_gpt2, convert_released_allie
+from allie_jax.model.checkpoint import export_safetensors, save_model
+from allie_jax.model.config import ModelConfig
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("format", None, ["gpt2", "allie"], "Source format.")
+flags.DEFINE_string("input", None, "GPT-2 model.safetensors (or its directory), or best.pt.")
+flags.DEFINE_string("output", None, "Model directory to write.")
+flags.DEFINE_string("size", None, "Named size (gpt2: default allie_medium; allie: inferred).")
+flags.DEFINE_string("safetensors", None, "Also export the parameters to this .safetensors file.")
+flags.DEFINE_bool("reinit_embeddings", True, "gpt2: re-initialise wte from its mean/std.")
+flags.DEFINE_integer("seed", 0, "gpt2: seed of the re-initialised embeddings and heads.")
+flags.mark_flags_as_required(["format", "input", "output"])
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    try:
+        if FLAGS.format == "gpt2":
+            config = ModelConfig.named(FLAGS.size or "allie_medium")
+            model = convert_gpt2(
+                FLAGS.input, config, reinit_embeddings=FLAGS.reinit_embeddings, seed=FLAGS.seed
+            )
+        else:
+            model = convert_released_allie(FLAGS.input, size=FLAGS.size)
+    except ConversionError as err:
+        raise app.UsageError(str(err)) from None
+    out = save_model(model, FLAGS.output)
+    print(f"wrote {out} ({model.config.num_layers} layers × {model.config.embed_dim})")
+    if FLAGS.safetensors:
+        print(f"wrote {export_safetensors(model, FLAGS.safetensors)}")
+
+
+if __name__ == "__main__":
+    app.run(main)

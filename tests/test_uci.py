@@ -1,0 +1,283 @@
+"""The UCI engine: protocol behaviour in-process, then a real subprocess driven by python-chess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import chess
+import chess.engine
+import pytest
+from flax import nnx
+
+from allie_jax.engine import Decision
+from allie_jax.engine.uci import (
+    UciHandler,
+    infer_time_control,
+    parse_opponent,
+    value_to_cp,
+    value_to_wdl,
+)
+from allie_jax.game import Game
+from allie_jax.model import AllieModel, ModelConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class ScriptedAllie:
+    """A stand-in for Allie: first legal move, a fixed think time, records what it was asked."""
+
+    def __init__(self, think_time_s: float = 0.0, resign: bool = False):
+        self.think_time_s = think_time_s
+        self.resign = resign
+        self.calls: list[tuple[Game, str | None, str, dict]] = []
+
+    def _board(self, game, fen):
+        board = chess.Board(fen) if fen else chess.Board()
+        for m in game.moves:
+            board.push_uci(m)
+        return board
+
+    def predict(self, games, *, start_fens=None):
+        from allie_jax.engine import Prediction
+
+        fens = start_fens or [None] * len(games)
+        out = []
+        for g, f in zip(games, fens, strict=True):
+            legal = [m.uci() for m in self._board(g, f).legal_moves]
+            out.append(Prediction({m: 1 / len(legal) for m in legal}, 1.0, 0.25, False))
+        return out
+
+    def play(self, games, preset, rng, *, start_fens=None, **overrides):
+        fens = start_fens or [None] * len(games)
+        out = []
+        for g, f in zip(games, fens, strict=True):
+            self.calls.append((g, f, preset, overrides))
+            legal = sorted(m.uci() for m in self._board(g, f).legal_moves)
+            probs = {m: 1 / len(legal) for m in legal}
+            out.append(Decision(legal[0], self.think_time_s, 0.5, self.resign, 0, probs))
+        return out
+
+
+def make_handler(allie) -> tuple[UciHandler, list[str]]:
+    lines: list[str] = []
+    return UciHandler(lambda: allie, lines.append, warmup=False), lines
+
+
+def wait_for(lines, prefix, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        hits = [line for line in lines if line.startswith(prefix)]
+        if hits:
+            return hits
+        time.sleep(0.005)
+    raise AssertionError(f"no {prefix!r} line within {timeout}s: {lines[-5:]}")
+
+
+def test_uci_handshake_lists_options():
+    h, lines = make_handler(ScriptedAllie())
+    h.handle("uci")
+    assert lines[0].startswith("id name") and lines[-1] == "uciok"
+    names = {line.split()[2] for line in lines if line.startswith("option name")}
+    for opt in [
+        "UCI_Elo", "SelfElo", "OppoElo", "UCI_Opponent", "Mode", "MeanSims", "MaxSims",
+        "Temperature", "HumanPacing", "AllowResign", "UCI_ShowWDL", "MultiPV", "Seed",
+    ]:  # fmt: skip
+        assert opt in names
+    h.handle("isready")
+    assert lines[-1] == "readyok"
+
+
+def test_game_header_from_options_and_first_go():
+    allie = ScriptedAllie()
+    h, lines = make_handler(allie)
+    h.handle("setoption name UCI_Opponent value none 1720 human someone")
+    h.handle("setoption name SelfElo value 1400")
+    h.handle("setoption name Mode value search")
+    h.handle("position startpos moves e2e4")
+    h.handle("go wtime 179000 btime 180000 winc 2000 binc 2000")
+    wait_for(lines, "bestmove")
+    game, fen, preset, _ = allie.calls[-1]
+    assert fen is None and game.moves == ["e2e4"]
+    assert (game.white_elo, game.black_elo) == (1720, 1400)  # engine is black
+    assert game.time_control == "180+2" and preset == "search"
+    # the same game continues: the time control stays that of the first go
+    h.handle("position startpos moves e2e4 e7e5 g1f3")
+    h.handle("go wtime 100000 btime 50000 winc 2000 binc 2000")
+    wait_for(lines, "bestmove")
+    assert allie.calls[-1][0].time_control == "180+2"
+    h.handle("ucinewgame")
+    h.handle("position startpos")
+    h.handle("go wtime 300000 btime 300000")
+    time.sleep(0.05)
+    h.handle("stop")
+    assert allie.calls[-1][0].time_control == "300+0"
+
+
+def test_illegal_position_is_rejected_and_previous_kept():
+    allie = ScriptedAllie()
+    h, lines = make_handler(allie)
+    h.handle("position startpos moves e2e4 e7e5")
+    h.handle("position startpos moves e2e4 e7e6 e1e3")
+    assert any("illegal move 3 'e1e3'" in line for line in lines)
+    h.handle("position fen not a fen")
+    assert any("invalid fen" in line for line in lines)
+    h.handle("go movetime 10")
+    best = wait_for(lines, "bestmove")[-1].split()[1]
+    board = chess.Board()
+    board.push_uci("e2e4")
+    board.push_uci("e7e5")
+    assert chess.Move.from_uci(best) in board.legal_moves
+
+
+def test_fen_without_history_warns_and_uses_fen_moves():
+    allie = ScriptedAllie()
+    h, lines = make_handler(allie)
+    fen = "8/8/8/8/8/4k3/8/4K2R w K - 0 1"
+    h.handle(f"position fen {fen} moves e1g1")
+    assert any(line.startswith("info string warning") for line in lines)
+    h.handle("go nodes 10")
+    wait_for(lines, "bestmove")
+    game, start, preset, overrides = allie.calls[-1]
+    assert start == fen and game.moves == ["e1g1"]
+    assert preset == "search" and overrides["mean_sims"] == 10
+
+
+def test_infinite_waits_for_stop_and_isready_answers_while_thinking():
+    h, lines = make_handler(ScriptedAllie())
+    h.handle("position startpos")
+    h.handle("go infinite")
+    wait_for(lines, "info depth")
+    h.handle("isready")
+    assert lines[-1] == "readyok"
+    assert not [line for line in lines if line.startswith("bestmove")]
+    h.handle("stop")
+    assert len([line for line in lines if line.startswith("bestmove")]) == 1
+
+
+def test_human_pacing_waits_the_prediction_but_not_past_the_clock():
+    h, lines = make_handler(ScriptedAllie(think_time_s=0.6))
+    h.handle("setoption name HumanPacing value true")
+    h.handle("position startpos")
+    t = time.monotonic()
+    h.handle("go wtime 60000 btime 60000")
+    wait_for(lines, "bestmove")
+    assert 0.5 <= time.monotonic() - t < 3.0
+    lines.clear()
+    t = time.monotonic()
+    h.handle("go wtime 1200 btime 60000")  # 1.2 s left: budget = min(0.3, 0.2) s
+    wait_for(lines, "bestmove")
+    assert time.monotonic() - t < 0.45
+
+
+def test_resign_info_line_only_when_allowed():
+    h, lines = make_handler(ScriptedAllie(resign=True))
+    h.handle("position startpos")
+    h.handle("go movetime 10")
+    wait_for(lines, "bestmove")
+    assert "info string resign" not in lines
+    h.handle("setoption name AllowResign value true")
+    h.handle("go movetime 10")
+    wait_for(lines, "info string resign")
+    assert h.last_decision is not None and h.last_decision.resigned
+
+
+def test_score_and_wdl_lines():
+    h, lines = make_handler(ScriptedAllie())
+    h.handle("setoption name UCI_ShowWDL value true")
+    h.handle("position startpos moves e2e4")  # black to move; value_white = 0.5
+    h.handle("go movetime 10")
+    wait_for(lines, "bestmove")
+    info = next(line for line in lines if line.startswith("info depth"))
+    assert f"score cp {value_to_cp(-0.5)}" in info and "wdl 250 0 750" in info
+
+
+def test_helpers():
+    assert parse_opponent("none 1500 human Bob") == 1500
+    assert parse_opponent("GM 2700 computer Some Engine") == 2700
+    assert parse_opponent("none none human Anonymous") is None
+    assert infer_time_control(180.0, 2.0) == "180+2"
+    assert infer_time_control(177.3, 0.0) == "180+0"
+    assert infer_time_control(900.0, 10.0) == "900+10"
+    cps = [value_to_cp(v) for v in (-1, -0.5, 0, 0.5, 1)]
+    assert cps == sorted(cps) and cps[2] == 0 and cps[1] == -cps[3]
+    assert sum(value_to_wdl(0.3)) == 1000
+
+
+# ---------------------------------------------------------------- a real engine process
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from allie_jax.model.checkpoint import save_model
+
+    path = tmp_path_factory.mktemp("uci") / "tiny"
+    save_model(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)), path)
+    return path
+
+
+def _engine_cmd(checkpoint) -> list[str]:
+    return [sys.executable, "-m", "launch.uci", "--checkpoint", str(checkpoint)]
+
+
+def test_simple_engine_plays_legal_moves(checkpoint):
+    engine = chess.engine.SimpleEngine.popen_uci(_engine_cmd(checkpoint), cwd=REPO, timeout=120)
+    try:
+        assert "Allie" in engine.id["name"]
+        engine.configure({"Mode": "policy", "OppoElo": 1600, "UCI_ShowWDL": True})
+        board = chess.Board()
+        rng = __import__("random").Random(0)
+        for ply in range(24):
+            if board.is_game_over():
+                break
+            if ply % 2 == 0:
+                limit = chess.engine.Limit(
+                    white_clock=180, black_clock=180, white_inc=2, black_inc=2
+                )
+                result = engine.play(board, limit, info=chess.engine.INFO_ALL)
+                assert result.move in board.legal_moves
+                assert result.info["score"].relative.score() is not None
+                assert result.info.get("wdl") is not None
+                board.push(result.move)
+            else:
+                board.push(rng.choice(list(board.legal_moves)))
+        infos = engine.analyse(board, chess.engine.Limit(time=0.05), multipv=3)
+        assert len(infos) == 3
+        assert all(i["pv"][0] in board.legal_moves for i in infos)
+        assert len({i["pv"][0] for i in infos}) == 3
+    finally:
+        engine.quit()
+
+
+def test_eof_on_stdin_exits_cleanly(checkpoint):
+    proc = subprocess.Popen(
+        _engine_cmd(checkpoint),
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    out, _ = proc.communicate("uci\nisready\nposition startpos\ngo movetime 50\n", timeout=120)
+    assert proc.returncode == 0
+    assert "uciok" in out and "readyok" in out and "bestmove" in out
+
+
+def test_uci_is_answered_before_the_model_loads():
+    gate = threading.Event()
+
+    def slow_loader():
+        gate.wait(5)
+        return ScriptedAllie()
+
+    lines: list[str] = []
+    h = UciHandler(slow_loader, lines.append, warmup=False)
+    t = time.monotonic()
+    h.handle("uci")
+    assert lines[-1] == "uciok" and time.monotonic() - t < 0.5
+    gate.set()
+    h.handle("isready")
+    assert lines[-1] == "readyok"
