@@ -15,6 +15,7 @@ from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.model import checkpoint as ckpt
 
 TOKENS = jnp.array([[1997 + 1500, 1997 + 1620, 1968, 757, 890, 743, 12]])
+_run = nnx.jit(lambda m, t, det: m(t, deterministic=det), static_argnums=2)
 
 
 @pytest.fixture(scope="module")

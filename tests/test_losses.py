@@ -99,10 +99,14 @@ def test_loss_and_gradients_on_a_real_game(sample_pgn):
     assert batch["time_mask"].sum() > 10
     model = AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0))
 
-    def objective(m):
-        return loss_fn(m(jnp.asarray(batch["inputs"])), batch)
+    @nnx.jit
+    def step(m, batch):
+        def objective(m):
+            return loss_fn(m(batch["inputs"]), batch)
 
-    (loss, metrics), grads = nnx.value_and_grad(objective, has_aux=True)(model)
+        return nnx.value_and_grad(objective, has_aux=True)(m)
+
+    (loss, metrics), grads = step(model, jax.tree.map(jnp.asarray, batch))
     # A fresh model is close to uniform over 1,997 tokens.
     assert abs(float(metrics["policy_loss"]) - np.log(1997)) < 0.5
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(grads))

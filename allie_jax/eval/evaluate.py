@@ -398,13 +398,15 @@ def evaluate(
     gps: list[GamePositions] = []
     kept: list[Game] = []
     rejected = 0
-    for g in games:
-        try:
-            gps.append(game_positions(g))
-            kept.append(g)
-        except ValueError as e:
-            logging.warning("skipping game: %s", e)
-            rejected += 1
+    with _progress(len(games), "rules", cfg.progress) as bar:
+        for g in games:
+            try:
+                gps.append(game_positions(g))
+                kept.append(g)
+            except ValueError as e:
+                logging.warning("skipping game: %s", e)
+                rejected += 1
+            bar.update(1)
     games = kept
     scorer = CausalScorer(model, batch_size=cfg.batch_size)
 

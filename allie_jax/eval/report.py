@@ -60,7 +60,7 @@ def to_markdown(report: dict) -> str:
             f"{meta.get('positions_truncated', 0):,} beyond the context window)",
             f"- move matching: {meta.get('accuracy_rule', '')}",
             f"- elapsed: {_num(meta.get('elapsed_s'), '.1f')} s; policy pass "
-            f"{_num(meta.get('policy_positions_per_s'), ',.0f')} positions/s",
+            f"{_num(meta.get('policy_positions_per_s'), ',.0f')} positions/s (compilation included)",
             "",
         ]
 

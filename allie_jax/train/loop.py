@@ -327,7 +327,8 @@ def train_and_evaluate(
             if stop_requested["flag"]:
                 log.warning("SIGTERM: saved step %d and stopping", step)
                 break
-        checkpointer.save(state, iterator, force=True)
+        if checkpointer.latest_step() != int(jax.device_get(state.step)):
+            checkpointer.save(state, iterator, force=True)
     finally:
         checkpointer.wait()
         checkpointer.close()
