@@ -118,12 +118,16 @@ def main() -> None:
     args = p.parse_args()
 
     model = AllieModel(ModelConfig.named(args.model, dropout=0.0), rngs=nnx.Rngs(0))
-    print(f"model {args.model} (random init), {jax.devices()[0].device_kind}, {platform.processor() or platform.machine()}")
+    print(
+        f"model {args.model} (random init), {jax.devices()[0].device_kind}, {platform.processor() or platform.machine()}"
+    )
     header = f"{'preset':>9} {'ply':>4} {'B':>4} {'sims/s':>9} {'moves/s':>8} {'base sims/s':>11} {'ratio':>7} {'tok/sim ours':>12} {'tok/sim base':>12}"
     print(header)
     for ply in args.plies:
         base_games = positions(ply, 4)
-        base_rate, base_tok = bench_baseline(model, base_games, args.mean_sims, args.baseline_seconds)
+        base_rate, base_tok = bench_baseline(
+            model, base_games, args.mean_sims, args.baseline_seconds
+        )
         for preset in args.presets:
             cfg = SearchConfig(mode=preset, mean_sims=args.mean_sims)
             for b in args.batches:

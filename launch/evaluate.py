@@ -32,7 +32,7 @@ _STOCKFISH_POSITIONS = flags.DEFINE_integer(
 )
 _STOCKFISH_NODES = flags.DEFINE_integer("stockfish_nodes", 20_000, "Stockfish nodes per position.")
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 16, "Games per causal pass.")
-_SEARCH_BATCH_SIZE = flags.DEFINE_integer("search_batch_size", 16, "Positions per search batch.")
+_SEARCH_BATCH_SIZE = flags.DEFINE_integer("search_batch_size", 64, "Positions per search batch.")
 _CALIBRATION_PGN = flags.DEFINE_string(
     "calibration_pgn", None, "PGN of games played by systems (launch.match) for skill calibration."
 )

@@ -193,6 +193,7 @@ def test_released_allie_matches_torch_on_real_games(released_ckpt, sample_pgn, t
         assert np.abs(np.asarray(out.time)[i, :n] - time[i, :n]).max() <= ATOL
 
 
+@pytest.mark.slow
 def test_convert_cli_writes_model_dir_and_safetensors(released_ckpt, tmp_path):
     path, ref_model = released_ckpt
     out_dir, st = tmp_path / "model", tmp_path / "allie.safetensors"

@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 
 import chess
+import chess.engine
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -200,3 +201,40 @@ def test_load_round_trip(tmp_path, model):
     np.testing.assert_allclose(list(a.move_probs.values()), list(b.move_probs.values()), atol=1e-6)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         Allie.load(tmp_path / "missing")
+
+
+@pytest.mark.slow
+def test_direct_greedy_agrees_with_the_searcher(model, real_positions):
+    """The policy/greedy fast path and the Searcher's budget-0 path pick the same argmax."""
+    from allie_jax.search import SearchConfig, Searcher
+
+    games = [g for g in real_positions if not _board(g).is_game_over()]
+    direct = Allie(model).play(games, "greedy", 0)
+    out = Searcher(model, SearchConfig.preset("greedy")).run(games, api_mod.as_jax_key(0))
+    assert [d.move for d in direct] == list(out.move)
+    for d, t in zip(direct, out.think_time_s, strict=True):
+        assert d.think_time_s == pytest.approx(float(t), abs=1e-3)
+
+
+def test_lichess_bot_homemade_logic(allie):
+    """lichess-bot's game object supplies the opponent's rating and the clock; moves are legal."""
+    import datetime
+    import types
+
+    from allie_jax.engine.lichess_bot import AllieBot
+
+    game = types.SimpleNamespace(
+        id="abc",
+        opponent=types.SimpleNamespace(rating=1730, title=None, name="x"),
+        clock_initial=datetime.timedelta(seconds=180),
+        clock_increment=datetime.timedelta(seconds=2),
+    )
+    bot = AllieBot({"mode": "policy", "self_elo": 1400, "human_pacing": False}, allie=allie)
+    board = chess.Board()
+    board.push_uci("e2e4")
+    g, fen = bot.game_for(board, game)
+    assert (g.white_elo, g.black_elo, g.time_control, fen) == (1730, 1400, "180+2", None)
+    result = bot.choose(board, chess.engine.Limit(white_clock=170, black_clock=170), game)
+    assert result.move in board.legal_moves and result.resigned is False
+    with pytest.raises(ValueError, match="mode"):
+        AllieBot({"mode": "fast"}, allie=allie)

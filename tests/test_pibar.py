@@ -52,7 +52,7 @@ def test_pibar_tends_to_prior_as_lambda_grows():
     for lam in (0.01, 0.1, 1.0, 10.0, 1000.0):
         p = np.asarray(pibar.pibar(q, prior, legal, np.full(q.shape[0], lam, np.float32)))
         gaps.append(np.abs(p - prior).max())
-    assert all(a >= b - 1e-6 for a, b in zip(gaps, gaps[1:])), gaps
+    assert all(a >= b - 1e-6 for a, b in zip(gaps, gaps[1:], strict=False)), gaps
     assert gaps[-1] < 1e-3
 
 

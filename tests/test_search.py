@@ -13,8 +13,7 @@ from flax import nnx
 from allie_jax import vocab
 from allie_jax.game import Game
 from allie_jax.model import AllieModel, ModelConfig
-from allie_jax.search import SearchConfig, Searcher
-from allie_jax.search import selection, tree_search
+from allie_jax.search import SearchConfig, Searcher, selection, tree_search
 
 # ----------------------------------------------------------------------------- a toy game
 NUM_ACTIONS = 6

@@ -73,7 +73,9 @@ def random_line(rng: random.Random, board: chess.Board) -> str:
         return "quit"
     if r < 0.9:
         return rng.choice(GARBAGE)
-    return "".join(rng.choice("abcdefgh12345678 qrnbmovesgofen/") for _ in range(rng.randint(1, 60)))
+    return "".join(
+        rng.choice("abcdefgh12345678 qrnbmovesgofen/") for _ in range(rng.randint(1, 60))
+    )
 
 
 def run_fuzz(n_lines: int, seed: int) -> int:
@@ -95,7 +97,7 @@ def run_fuzz(n_lines: int, seed: int) -> int:
         done = threading.Event()
         result: list[bool] = []
 
-        def call(line=line) -> None:
+        def call(line=line, result=result, done=done) -> None:
             result.append(h.handle(line))
             done.set()
 

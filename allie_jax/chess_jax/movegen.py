@@ -155,7 +155,9 @@ def legal_action_mask(state: pgx_chess.GameState) -> jax.Array:
         ok &= (board[safe_from] == PAWN) & (board[jnp.clip(to - 1, 0, 63)] == -PAWN)
         after = pgx_chess._apply_move(state, pgx_chess.Action(from_=safe_from, to=to))
         ok &= ~pgx_chess._is_checked(after)
-        return jnp.where(ok, safe_from * 73 + pgx_chess.TO_PLANE[safe_from, jnp.clip(to, 0, 63)], 64 * 73)
+        return jnp.where(
+            ok, safe_from * 73 + pgx_chess.TO_PLANE[safe_from, jnp.clip(to, 0, 63)], 64 * 73
+        )
 
     mask = mask.at[jax.vmap(en_passant)(jnp.stack([to - 9, to + 7]))].set(True)
     mask = mask.at[64 * 73].set(False)
@@ -175,7 +177,10 @@ def legal_action_mask(state: pgx_chess.GameState) -> jax.Array:
     from_rank7 = jnp.int32([6, 14, 22, 30, 38, 46, 54, 62])
     under = from_rank7[None, :] * 73 + jnp.arange(9)[:, None]  # [9 planes, 8 files]
     under_to = pgx_chess.FROM_PLANE[from_rank7[None, :], jnp.arange(9)[:, None]]
-    plain = from_rank7[None, :] * 73 + pgx_chess.TO_PLANE[from_rank7[None, :], jnp.clip(under_to, 0, 63)]
+    plain = (
+        from_rank7[None, :] * 73
+        + pgx_chess.TO_PLANE[from_rank7[None, :], jnp.clip(under_to, 0, 63)]
+    )
     ok = (board[from_rank7][None, :] == PAWN) & (under_to >= 0) & mask[plain]
     mask = mask.at[jnp.where(ok, under, 64 * 73)].set(True)
     return mask[:-1]

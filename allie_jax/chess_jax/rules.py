@@ -234,7 +234,7 @@ def apply(state: ChessState, move_ids: jax.Array) -> ChessState:
 
 @jax.jit
 def legal_mask(state: ChessState) -> jax.Array:
-    """bool [B, 1968]: the legal moves of each position."""
+    """bool [B, 1968]: the legal moves of each position (also of a finished game: see outcome)."""
     return jax.vmap(_legal_mask_one)(state)
 
 

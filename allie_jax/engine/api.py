@@ -5,11 +5,13 @@ resignation); ``Allie.play`` turns them into a decision under a preset. Both tak
 games because every caller that matters (matches, bots serving many games) has several positions
 waiting at once, and one batched model call costs about the same as a single one.
 
-All presets go through ``allie_jax.search.Searcher`` (it implements policy and greedy too) except
-for games that start from a FEN: the Searcher replays games from the standard start inside jit,
-so a game from a FEN is answered here from the model's outputs with python-chess's legal moves
-(policy / greedy; search presets fall back to the policy over that position, flagged in
-``Decision.note``).
+The search presets (``search``, ``adaptive``) go through ``allie_jax.search.Searcher``. The
+policy and greedy presets need no tree, so they are answered here from one jitted forward pass
+with python-chess's legal moves: the same distribution as the Searcher's budget-0 path (a test
+compares them) without compiling the tree search. The direct path also serves what the Searcher
+cannot take: games from a FEN (it replays from the standard start inside jit), games longer than
+the model's context, and positions with a claimable draw; a search preset falling back to the
+policy there is flagged in ``Decision.note``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from allie_jax.game import Game, denormalize_think_time, header_tokens
 
 PRESETS = ("policy", "greedy", "search", "adaptive")
 GREEDY_ELO = 2500  # the paper's Allie-Greedy plays argmax conditioned on a 2,500 rating
+MAX_THINK_S = 200.0  # the Searcher's clip of the predicted think time (SPEC §4)
 RESIGN_VALUE = -0.9  # resign only when the mover's value is below this (SPEC §4)
 _LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512)
 
@@ -217,7 +220,7 @@ class Allie:
             out.append(
                 Prediction(
                     move_probs={vocab.MOVES[j]: float(p) for j, p in zip(ids, probs, strict=True)},
-                    think_time_s=float(np.clip(denormalize_think_time(time[i]), 0.0, 60.0)),
+                    think_time_s=float(np.clip(denormalize_think_time(time[i]), 0.0, MAX_THINK_S)),
                     value_white=v,
                     resign=resign,
                 )
@@ -296,7 +299,11 @@ class Allie:
         return ""
 
     def _search_or_direct(self, games: list[Game], config: Any, key: jax.Array) -> list[Decision]:
-        if not _search_available() and self._searcher_factory is None:
+        mode = _get(config, "mode", "policy")
+        no_search = not _search_available() and self._searcher_factory is None
+        if mode in ("policy", "greedy") or no_search:
+            # No tree: one jitted forward pass gives the same distribution as the Searcher's
+            # budget-0 path, without compiling the tree search (tests/test_engine_api.py checks).
             boards = [replay_board(g) for g in games]
             return self._direct(games, boards, config, key, "(no allie_jax.search)")
         out = self._searcher(config).run(games, key)
@@ -328,6 +335,7 @@ class Allie:
         mode = _get(config, "mode", "policy")
         temperature = float(_get(config, "temperature", 1.0))
         greedy_elo = int(_get(config, "greedy_elo", GREEDY_ELO))
+        max_think = float(_get(config, "max_think_time", MAX_THINK_S))
         argmax = mode == "greedy" or _get(config, "sampling", None) == "argmax"
         if mode == "greedy":  # both header Elos, as the Searcher's greedy preset
             games = [
@@ -347,13 +355,15 @@ class Allie:
             v = float(value[i])
             legal_max = float(logits[i, ids].max())
             resign = bool(
-                logits[i, vocab.TERMINATION] > legal_max
-                and _side_to_move_value(v, board) < RESIGN_VALUE
+                _get(config, "resign", True)
+                and logits[i, vocab.TERMINATION] > legal_max
+                and _side_to_move_value(v, board)
+                < float(_get(config, "resign_value", RESIGN_VALUE))
             )
             out.append(
                 Decision(
                     move=vocab.MOVES[ids[choice]],
-                    think_time_s=float(np.clip(denormalize_think_time(time[i]), 0.0, 60.0)),
+                    think_time_s=float(np.clip(denormalize_think_time(time[i]), 0.0, max_think)),
                     value=v,
                     resigned=resign,
                     sims=0,

@@ -43,7 +43,7 @@ class EvalConfig:
     systems: tuple[str, ...] = SYSTEMS
     max_games: int = 1000
     search_positions: int = 200  # subsample of accuracy positions for search / adaptive
-    search_batch_size: int = 16
+    search_batch_size: int = 64  # fewer, larger batches: fewer search programs to compile
     random_games: int = 100  # random legal games for the out-of-distribution legality check
     batch_size: int = 16  # games per causal pass
     min_ply: int = 10  # move matching skips the first 5 moves (10 plies) ...
@@ -105,10 +105,10 @@ def reduce_outputs(
     return GameResult(pred, top_legal, invalid, resign & has_legal, out.value_white, out.time_s)
 
 
-def _progress(total: int, desc: str, enabled: bool):
+def _progress(total: int, desc: str, enabled: bool, unit: str = "game"):
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="game", disable=not enabled, leave=False)
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False)
 
 
 def _score_all(
@@ -337,7 +337,7 @@ def search_accuracy(
     key = jax.random.key(cfg.seed + 1)
     picks, sims = [], []
     size = cfg.search_batch_size
-    with _progress(len(games), f"search:{mode}", cfg.progress) as bar:
+    with _progress(len(games), f"search:{mode}", cfg.progress, unit="pos") as bar:
         for start in range(0, len(games), size):
             batch = list(games[start : start + size])
             n = len(batch)

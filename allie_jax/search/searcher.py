@@ -212,7 +212,9 @@ class Searcher:
                 n = min(len(row.tokens), len(toks) - 1, width)
                 same = np.flatnonzero(row.tokens[:n] != toks[:n])
                 usable[i] = same[0] if len(same) else n
-            cached.append(row if usable[i] > 0 else None)
+            if key is None:  # batch padding: its outputs are discarded, so skip its prefix
+                usable[i] = len(toks) - 1
+            cached.append(row if row is not None and usable[i] > 0 else None)
         cache = self.model.init_cache(b, width)
         if any(r is not None for r in cached):
             k, v = cache.k, cache.v
@@ -222,7 +224,8 @@ class Searcher:
                 m = min(row.k.shape[1], width)
                 k = k.at[:, i, :m].set(row.k[:, :m])
                 v = v.at[:, i, :m].set(row.v[:, :m])
-            cache = KVCache(k, v, jnp.asarray(usable, jnp.int32))
+            cache = KVCache(k, v, cache.length)
+        cache = KVCache(cache.k, cache.v, jnp.asarray(usable, jnp.int32))
         num_new = lengths - usable
         s = _bucket(int(num_new.max()), LENGTH_BUCKETS)
         new = np.full((b, s), vocab.PAD, np.int32)
@@ -231,7 +234,8 @@ class Searcher:
         out, cache = _prefill(
             self.graphdef, self.params, jnp.asarray(new), cache, jnp.asarray(num_new, jnp.int32)
         )
-        self.stats["prefill_tokens"] += int(num_new.sum())
+        real = np.array([k is not None for k in keys])
+        self.stats["prefill_tokens"] += int(num_new[real].sum())
         for i, (key, toks) in enumerate(zip(keys, token_rows, strict=True)):
             if key is None:
                 continue

@@ -1,0 +1,131 @@
+"""Matches: specs, batching, clocks, resignation, PGN output; and a game against Stockfish."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+
+import chess
+import chess.pgn
+import pytest
+from flax import nnx
+
+from allie_jax.engine import Allie
+from allie_jax.engine.match import MatchConfig, parse_spec, run_match
+from allie_jax.model import AllieModel, ModelConfig
+from tests.test_uci import ScriptedAllie
+
+STOCKFISH = shutil.which("stockfish") or (
+    "/usr/games/stockfish" if os.path.exists("/usr/games/stockfish") else None
+)
+
+
+def require_stockfish() -> str:
+    """Under CI=true a missing Stockfish is a failure; elsewhere the test is skipped."""
+    if STOCKFISH is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Stockfish is required under CI=true (apt-get install stockfish)")
+        pytest.skip("Stockfish not installed (looked on PATH and at /usr/games/stockfish)")
+    return STOCKFISH
+
+
+def read_pgn(path) -> list[chess.pgn.Game]:
+    games = []
+    with open(path) as f:
+        while (g := chess.pgn.read_game(f)) is not None:
+            games.append(g)
+    return games
+
+
+def assert_legal_replay(game: chess.pgn.Game) -> int:
+    """Replays the PGN with python-chess (read_game records errors on illegal moves)."""
+    assert not game.errors, game.errors
+    board = game.board()
+    n = 0
+    for node in game.mainline():
+        assert node.move in board.legal_moves
+        assert node.clock() is not None and node.clock() >= 0
+        board.push(node.move)
+        n += 1
+    return n
+
+
+def test_parse_spec():
+    a = parse_spec("allie:/ckpt/dir:adaptive:1500")
+    assert (a.kind, a.checkpoint, a.preset, a.elo) == ("allie", "/ckpt/dir", "adaptive", 1500)
+    assert parse_spec("allie:/c:policy:auto").elo is None
+    u = parse_spec("uci:/usr/games/stockfish:UCI_LimitStrength=true,UCI_Elo=1350")
+    assert u.kind == "uci" and u.command == "/usr/games/stockfish" and u.elo == 1350
+    assert dict(u.options) == {"UCI_LimitStrength": "true", "UCI_Elo": "1350"}
+    assert u.name == "stockfish-1350"
+    for bad in ["allie:/c:blitz:1500", "allie:/c:policy:abc", "allie:/c:policy:99", "uci:", "x:y",
+                "uci:sf:Threads"]:  # fmt: skip
+        with pytest.raises(ValueError):
+            parse_spec(bad)
+
+
+@pytest.fixture(scope="module")
+def tiny_allie() -> Allie:
+    return Allie(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)))
+
+
+def test_self_play_batches_and_writes_pgn(tmp_path, tiny_allie):
+    spec = parse_spec("allie:tiny:policy:1500")
+    cfg = MatchConfig(spec, spec, games=4, concurrency=4, max_plies=30, time_control="180+2")
+    out = tmp_path / "games.pgn"
+    result = run_match(cfg, output=out, allie_loader=lambda _: tiny_allie)
+    games = read_pgn(out)
+    assert len(games) == 4 == len(result.games)
+    plies = [assert_legal_replay(g) for g in games]
+    assert sum(plies) == result.plies
+    # all concurrent games share one batched call per step: calls == the longest game's plies
+    assert result.allie_calls == max(plies)
+    for g in games:
+        assert g.headers["TimeControl"] == "180+2" and g.headers["WhiteElo"] == "1500"
+        assert g.headers["Result"] in ("1-0", "0-1", "1/2-1/2")
+
+
+def test_colours_alternate_time_forfeit_and_resignation(tmp_path):
+    slow = parse_spec("allie:slow:policy:1500")
+    quick = parse_spec("allie:quick:policy:1500")
+    players = {"slow": ScriptedAllie(think_time_s=50.0), "quick": ScriptedAllie(think_time_s=0.5)}
+    cfg = MatchConfig(slow, quick, games=2, time_control="60+0", raw_think_times=True)
+    result = run_match(cfg, output=tmp_path / "t.pgn", allie_loader=players.__getitem__)
+    g0, g1 = result.games
+    assert (g0.white.name, g1.white.name) == (slow.name, quick.name)  # --alternate
+    # 60 s and 50 s per move: the slow side flags on its second move, whatever its colour
+    assert g0.termination == g1.termination == "time forfeit"
+    assert result.score(quick.name)[0] == 2.0
+    resigner = {"slow": ScriptedAllie(resign=True), "quick": ScriptedAllie()}
+    cfg = MatchConfig(slow, quick, games=1, time_control="60+0")
+    result = run_match(cfg, output=tmp_path / "r.pgn", allie_loader=resigner.__getitem__)
+    (g,) = result.games
+    assert g.termination == "resignation" and g.result == "0-1"
+    assert len(g.board.move_stack) == 2  # resignation only counts from the second move on
+
+
+def test_game_against_stockfish_through_launch_match(tmp_path, capsys):
+    sf = require_stockfish()
+    from allie_jax.model.checkpoint import save_model
+    from launch.match import main
+
+    ckpt = tmp_path / "tiny"
+    save_model(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)), ckpt)
+    out = tmp_path / "sf.pgn"
+    rc = main([
+        "--white", f"allie:{ckpt}:policy:1500",
+        "--black", f"uci:{sf}:UCI_LimitStrength=true,UCI_Elo=1350",
+        "--games", "2", "--tc", "180+2", "--output", str(out), "--uci-movetime", "0.01",
+        "--max-plies", "120",
+    ])  # fmt: skip
+    assert rc == 0
+    games = read_pgn(out)
+    assert len(games) == 2
+    for g in games:
+        assert assert_legal_replay(g) > 0
+        assert "stockfish-1350" in (g.headers["White"], g.headers["Black"])
+    text = capsys.readouterr().out
+    assert "SCE mean" in text and "allie-tiny-policy-1500" in text  # the calibration table
+    pgn = chess.pgn.read_game(io.StringIO(out.read_text()))
+    assert pgn.headers["Round"] == "1"
