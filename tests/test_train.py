@@ -86,3 +86,50 @@ def test_missing_gpt2_file_fails_before_training(prepared_sample, tmp_path):
     config.model.init_from_gpt2 = str(tmp_path / "missing" / "model.safetensors")
     with pytest.raises(FileNotFoundError, match="init_from_gpt2"):
         train_and_evaluate(config, tmp_path / "run")
+
+
+def _write_gpt2_safetensors(path, num_layers=2, d=64, positions=512, vocab=50257):
+    """A GPT-2 state dict with the real HF key names (random values), tiny geometry."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    t = {
+        "wte.weight": rng.normal(0.1, 0.3, (vocab, d)),
+        "wpe.weight": rng.normal(0, 0.01, (positions, d)),
+        "ln_f.weight": rng.normal(1, 0.1, (d,)),
+        "ln_f.bias": rng.normal(0, 0.1, (d,)),
+    }
+    for i in range(num_layers):
+        p = f"h.{i}."
+        t.update({
+            p + "ln_1.weight": rng.normal(1, 0.1, (d,)), p + "ln_1.bias": rng.normal(0, 0.1, (d,)),
+            p + "attn.c_attn.weight": rng.normal(0, 0.02, (d, 3 * d)),
+            p + "attn.c_attn.bias": rng.normal(0, 0.02, (3 * d,)),
+            p + "attn.c_proj.weight": rng.normal(0, 0.02, (d, d)),
+            p + "attn.c_proj.bias": rng.normal(0, 0.02, (d,)),
+            p + "ln_2.weight": rng.normal(1, 0.1, (d,)), p + "ln_2.bias": rng.normal(0, 0.1, (d,)),
+            p + "mlp.c_fc.weight": rng.normal(0, 0.02, (d, 4 * d)),
+            p + "mlp.c_fc.bias": rng.normal(0, 0.02, (4 * d,)),
+            p + "mlp.c_proj.weight": rng.normal(0, 0.02, (4 * d, d)),
+            p + "mlp.c_proj.bias": rng.normal(0, 0.02, (d,)),
+        })
+    save_file({k: v.astype(np.float32) for k, v in t.items()}, str(path))
+    return t
+
+
+def test_init_from_gpt2_copies_blocks_and_reinitialises_embeddings(prepared_sample, tmp_path):
+    from allie_jax.train import sharding as shd
+    from allie_jax.train.loop import build_trainer, model_config_from
+
+    source = _write_gpt2_safetensors(tmp_path / "model.safetensors")
+    config = _config(prepared_sample, 2)
+    config.model.init_from_gpt2 = str(tmp_path / "model.safetensors")
+    trainer = build_trainer(config, model_config_from(config), shd.make_mesh((-1, 1, 1)))
+    params = trainer.state.params
+    np.testing.assert_allclose(np.asarray(params["wpe"][...]), source["wpe.weight"], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(params["ln_f"]["scale"][...]), source["ln_f.weight"], atol=1e-6)
+    wte = np.asarray(params["wte"][...])
+    assert wte.shape == (1997, 64)
+    # Re-initialised with the source's statistics, not copied.
+    assert abs(wte.mean() - source["wte.weight"].mean()) < 0.02
+    assert abs(wte.std() - source["wte.weight"].std()) < 0.02

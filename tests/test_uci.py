@@ -220,7 +220,7 @@ def checkpoint(tmp_path_factory):
 
 
 def _engine_cmd(checkpoint) -> list[str]:
-    return [sys.executable, "-m", "launch.uci", "--checkpoint", str(checkpoint)]
+    return [sys.executable, "-X", "faulthandler", "-m", "launch.uci", "--checkpoint", str(checkpoint)]
 
 
 def test_simple_engine_plays_legal_moves(checkpoint):

@@ -5,8 +5,9 @@ and the ``ModelConfig`` that shapes them. ``load_model`` also accepts a training
 
     WORKDIR/config.json                      the run's config (see ``config_from_json``)
     WORKDIR/checkpoints/<step>/params/       Orbax CheckpointManager item "params" (pure dict)
+    WORKDIR/best/<step>/params/              the step with the lowest validation loss
 
-and restores its best step (lowest saved ``val_loss`` metric by default), else its latest. ``restore_params_from_workdir`` is that second half on its own, so the
+and restores its best step (``best/``, else the lowest saved ``val_loss`` metric), else its latest. ``restore_params_from_workdir`` is that second half on its own, so the
 training code can reuse or adapt it.
 """
 
@@ -30,6 +31,7 @@ from allie_jax.model.transformer import AllieModel
 CONFIG_FILE = "config.json"
 PARAMS_DIR = "params"
 CHECKPOINTS_DIR = "checkpoints"
+BEST_DIR = "best"
 
 
 class CheckpointError(ValueError):
@@ -175,7 +177,12 @@ def restore_params_from_workdir(
     args=ocp.args.Composite(params=ocp.args.StandardSave(pure_dict), ...), metrics={...})``;
     other items (optimizer state, data iterator) are ignored here.
     """
-    ckpt_dir = pathlib.Path(workdir).absolute() / CHECKPOINTS_DIR
+    workdir = pathlib.Path(workdir).absolute()
+    ckpt_dir = workdir / CHECKPOINTS_DIR
+    # The training loop keeps the best-by-validation step in WORKDIR/best (see train/checkpoints.py).
+    best_dir = workdir / BEST_DIR
+    if step is None and best_dir.is_dir() and any(p.name.isdigit() for p in best_dir.iterdir()):
+        ckpt_dir = best_dir
     manager = ocp.CheckpointManager(ckpt_dir)
     try:
         if step is None:

@@ -193,10 +193,11 @@ def build_trainer(config, model_config: ModelConfig, mesh) -> Trainer:
     tx = make_optimizer(config.train)
     init_params = None
     if config.model.init_from_gpt2:
-        from allie_jax.convert.gpt2 import gpt2_params_for
+        from allie_jax.convert.gpt2 import gpt2_to_params, read_safetensors
 
-        init_params = gpt2_params_for(
-            config.model.init_from_gpt2, model_config, seed=int(config.train.seed)
+        path = config.model.init_from_gpt2
+        init_params = gpt2_to_params(
+            read_safetensors(path), model_config, seed=int(config.train.seed), source=path
         )
     graphdef, state = create_sharded_state(model_config, config, mesh, tx, init_params)
     state_sh = state_shardings_of(state)
