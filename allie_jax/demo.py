@@ -13,7 +13,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SAMPLE_DIR = REPO / "data" / "sample"
 
 
-def run_demo(output: str | pathlib.Path, *, steps: int | None = None, eval_games: int = 100) -> dict:
+def run_demo(
+    output: str | pathlib.Path, *, steps: int | None = None, eval_games: int = 100
+) -> dict:
     output = pathlib.Path(output)
     inputs = sorted(str(p) for p in SAMPLE_DIR.glob("*.pgn.zst"))
     if not inputs:

@@ -13,35 +13,17 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import optax
 from flax import nnx
 
+from allie_jax.data.synthetic import synthetic_batch
 from allie_jax.model import AllieModel
 from allie_jax.model.losses import loss_fn
 from allie_jax.train import sharding as shd
 from allie_jax.train.loop import build_trainer, model_config_from
-from allie_jax.train.optimizer import make_optimizer
 from allie_jax.train.metrics import device_peak_flops, training_flops_per_token
+from allie_jax.train.optimizer import make_optimizer
 from allie_jax.train.state import count_params
 from configs.tiny import get_config
-
-
-def synthetic_batch(batch: int, seq_len: int, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    tokens = rng.integers(0, 1968, size=(batch, seq_len + 1), dtype=np.int32)
-    ones = np.ones((batch, seq_len), np.float32)
-    return {
-        "inputs": tokens[:, :-1],
-        "segment_ids": np.ones((batch, seq_len), np.int32),
-        "positions": np.broadcast_to(np.arange(seq_len, dtype=np.int32), (batch, seq_len)).copy(),
-        "policy_targets": tokens[:, 1:],
-        "time_targets": rng.uniform(0, 20, (batch, seq_len)).astype(np.float32),
-        "value_targets": rng.choice([-1.0, 0.0, 1.0], (batch, seq_len)).astype(np.float32),
-        "policy_mask": ones,
-        "time_mask": ones,
-        "value_mask": ones,
-    }
 
 
 def time_steps(step, state, batch, steps: int) -> tuple[float, object]:

@@ -101,18 +101,22 @@ def _write_gpt2_safetensors(path, num_layers=2, d=64, positions=512, vocab=50257
     }
     for i in range(num_layers):
         p = f"h.{i}."
-        t.update({
-            p + "ln_1.weight": rng.normal(1, 0.1, (d,)), p + "ln_1.bias": rng.normal(0, 0.1, (d,)),
-            p + "attn.c_attn.weight": rng.normal(0, 0.02, (d, 3 * d)),
-            p + "attn.c_attn.bias": rng.normal(0, 0.02, (3 * d,)),
-            p + "attn.c_proj.weight": rng.normal(0, 0.02, (d, d)),
-            p + "attn.c_proj.bias": rng.normal(0, 0.02, (d,)),
-            p + "ln_2.weight": rng.normal(1, 0.1, (d,)), p + "ln_2.bias": rng.normal(0, 0.1, (d,)),
-            p + "mlp.c_fc.weight": rng.normal(0, 0.02, (d, 4 * d)),
-            p + "mlp.c_fc.bias": rng.normal(0, 0.02, (4 * d,)),
-            p + "mlp.c_proj.weight": rng.normal(0, 0.02, (4 * d, d)),
-            p + "mlp.c_proj.bias": rng.normal(0, 0.02, (d,)),
-        })
+        t.update(
+            {
+                p + "ln_1.weight": rng.normal(1, 0.1, (d,)),
+                p + "ln_1.bias": rng.normal(0, 0.1, (d,)),
+                p + "attn.c_attn.weight": rng.normal(0, 0.02, (d, 3 * d)),
+                p + "attn.c_attn.bias": rng.normal(0, 0.02, (3 * d,)),
+                p + "attn.c_proj.weight": rng.normal(0, 0.02, (d, d)),
+                p + "attn.c_proj.bias": rng.normal(0, 0.02, (d,)),
+                p + "ln_2.weight": rng.normal(1, 0.1, (d,)),
+                p + "ln_2.bias": rng.normal(0, 0.1, (d,)),
+                p + "mlp.c_fc.weight": rng.normal(0, 0.02, (d, 4 * d)),
+                p + "mlp.c_fc.bias": rng.normal(0, 0.02, (4 * d,)),
+                p + "mlp.c_proj.weight": rng.normal(0, 0.02, (4 * d, d)),
+                p + "mlp.c_proj.bias": rng.normal(0, 0.02, (d,)),
+            }
+        )
     save_file({k: v.astype(np.float32) for k, v in t.items()}, str(path))
     return t
 
@@ -127,9 +131,39 @@ def test_init_from_gpt2_copies_blocks_and_reinitialises_embeddings(prepared_samp
     trainer = build_trainer(config, model_config_from(config), shd.make_mesh((-1, 1, 1)))
     params = trainer.state.params
     np.testing.assert_allclose(np.asarray(params["wpe"][...]), source["wpe.weight"], atol=1e-6)
-    np.testing.assert_allclose(np.asarray(params["ln_f"]["scale"][...]), source["ln_f.weight"], atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(params["ln_f"]["scale"][...]), source["ln_f.weight"], atol=1e-6
+    )
     wte = np.asarray(params["wte"][...])
     assert wte.shape == (1997, 64)
     # Re-initialised with the source's statistics, not copied.
     assert abs(wte.mean() - source["wte.weight"].mean()) < 0.02
     assert abs(wte.std() - source["wte.weight"].std()) < 0.02
+
+
+def test_gradient_accumulation_matches_one_big_batch():
+    """Two identical micro-batches accumulate to exactly the one-batch update."""
+    import jax
+
+    from allie_jax.data.synthetic import synthetic_batch
+    from allie_jax.train import sharding as shd
+    from allie_jax.train.loop import build_trainer, model_config_from
+
+    half = synthetic_batch(2, 32, seed=3)
+    doubled = {k: np.concatenate([v, v]) for k, v in half.items()}
+    results = []
+    for accum, batch in ((1, half), (2, doubled)):
+        config = get_config()
+        config.train.batch_size = len(batch["inputs"])
+        config.train.grad_accum = accum
+        trainer = build_trainer(config, model_config_from(config), shd.make_mesh((-1, 1, 1)))
+        state = trainer.state
+        for _ in range(2):
+            state, metrics = trainer.train_step(
+                state, jax.device_put(batch, trainer.batch_sharding)
+            )
+        results.append((jax.tree.leaves(state.params), float(metrics["loss"])))
+    (a, loss_a), (b, loss_b) = results
+    assert abs(loss_a - loss_b) < 1e-5
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)

@@ -8,7 +8,6 @@ seconds rather than at step 0 after minutes of start-up.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import pathlib
