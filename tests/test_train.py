@@ -167,3 +167,38 @@ def test_gradient_accumulation_matches_one_big_batch():
     assert abs(loss_a - loss_b) < 1e-5
     for x, y in zip(a, b, strict=True):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)
+
+
+def test_sigterm_saves_and_exits(prepared_sample, tmp_path):
+    """A preempted job (SIGTERM) checkpoints the step it reached and exits cleanly."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+
+    workdir = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "launch.train", "--config", "configs/tiny.py",
+        "--workdir", str(workdir), "--data_dir", str(prepared_sample),
+        "--config.train.steps=100000", "--config.train.checkpoint_every=100000",
+        "--config.train.eval_every=100000", "--config.train.log_every=1",
+        "--config.train.batch_size=2", "--config.data.seq_len=64",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 300
+        metrics = workdir / "metrics.jsonl"
+        while time.time() < deadline and not (
+            metrics.exists() and metrics.read_text().count("\n") >= 3
+        ):
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, proc.stderr.read().decode()[-3000:]
+    steps = [int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()]
+    assert steps and max(steps) >= 3
