@@ -30,6 +30,7 @@ import chess
 
 from allie_jax import vocab
 from allie_jax.game import NO_TIME, Game
+from allie_jax.san import SanBoard
 
 
 class PGNError(RuntimeError):
@@ -239,90 +240,6 @@ _RESULTS = {"1-0": 1.0, "0-1": -1.0, "1/2-1/2": 0.0}
 _SAN_RE = re.compile(
     r"^(?:[NBRQK]?[a-h]?[1-8]?x?[a-h][1-8](?:=?[NBRQnbrq])?|O-O-O|O-O|0-0-0|0-0)[+#]?$"
 )
-_SAN_PARTS_RE = re.compile(r"^([NBRQK])?([a-h])?([1-8])?x?([a-h][1-8])(?:=?([NBRQnbrq]))?[+#]?$")
-_PIECE_TYPES = {
-    "N": chess.KNIGHT,
-    "B": chess.BISHOP,
-    "R": chess.ROOK,
-    "Q": chess.QUEEN,
-    "K": chess.KING,
-}
-_PROMOTIONS = {c: chess.PIECE_SYMBOLS.index(c.lower()) for c in "NBRQnbrq"}
-_SQUARES = {name: i for i, name in enumerate(chess.SQUARE_NAMES)}
-_BB_SQUARES = chess.BB_SQUARES
-_BB_FILES = chess.BB_FILES
-_BB_RANKS = chess.BB_RANKS
-_BB_RAYS = chess.BB_RAYS
-_BB_PAWN_ATTACKS = chess.BB_PAWN_ATTACKS
-_BB_BACKRANKS = chess.BB_RANK_1 | chess.BB_RANK_8
-
-
-def san_to_move(board: chess.Board, san: str) -> chess.Move:
-    """``board.parse_san`` with a fast path for the common case (same result, same errors).
-
-    Most moves in real games have exactly one candidate piece and are played out of check, so
-    they can be resolved from attack bitboards and the pin test python-chess itself uses
-    (``_is_safe``), without generating every legal move. Castling, checks, en passant and
-    several candidates go to ``parse_san`` (tests/test_pgn.py checks the two agree on every
-    legal move of random positions).
-    """
-    m = _SAN_PARTS_RE.match(san)
-    if m is None or board.checkers_mask():
-        return board.parse_san(san)
-    piece, from_file, from_rank, to_name, promo = m.groups()
-    turn = board.turn
-    to_sq = _SQUARES[to_name]
-    to_bb = _BB_SQUARES[to_sq]
-    own = board.occupied_co[turn]
-    if own & to_bb:
-        return board.parse_san(san)  # raises the right error
-    if piece is not None:
-        if promo is not None:
-            return board.parse_san(san)  # raises the right error
-        cands = board.attackers_mask(turn, to_sq) & board.pieces_mask(_PIECE_TYPES[piece], turn)
-    else:
-        pawns = board.pawns & own
-        if from_file is not None and _BB_FILES[ord(from_file) - 97] & to_bb == 0:
-            if to_sq == board.ep_square or not board.occupied_co[not turn] & to_bb:
-                return board.parse_san(san)
-            cands = _BB_PAWN_ATTACKS[not turn][to_sq] & pawns
-        else:
-            if board.occupied & to_bb:
-                return board.parse_san(san)  # raises the right error
-            step = -8 if turn else 8
-            one = to_sq + step
-            if 0 <= one < 64 and pawns & _BB_SQUARES[one]:
-                cands = _BB_SQUARES[one]
-            elif (
-                0 <= one < 64
-                and not board.occupied & _BB_SQUARES[one]
-                and (to_sq >> 3) == (3 if turn else 4)
-                and pawns & _BB_SQUARES[one + step]
-            ):
-                cands = _BB_SQUARES[one + step]
-            else:
-                cands = 0
-        if (promo is not None) != bool(to_bb & _BB_BACKRANKS):
-            return board.parse_san(san)  # raises the right error
-    if from_file is not None:
-        cands &= _BB_FILES[ord(from_file) - 97]
-    if from_rank is not None:
-        cands &= _BB_RANKS[ord(from_rank) - 49]
-    if cands == 0:
-        return board.parse_san(san)  # raises the right error
-    if cands & (cands - 1):
-        return board.parse_san(san)  # several candidates: pins decide, let python-chess do it
-    from_sq = cands.bit_length() - 1
-    move = chess.Move(from_sq, to_sq, _PROMOTIONS[promo] if promo is not None else None)
-    king = board.king(turn)
-    if king is None:
-        return board.parse_san(san)
-    if from_sq == king or _BB_RAYS[king][from_sq]:
-        if not board._is_safe(king, board._slider_blockers(king), move):
-            return board.parse_san(san)  # raises the right error (or castling as "Kg1")
-    return move
-
-
 def parse_time_control(tc: str) -> tuple[int, int] | None:
     """(base, increment) seconds, or None for "-", "0+1", daily "1/86400" and garbage."""
     m = _TC_RE.match(tc.strip())
@@ -420,8 +337,34 @@ def parse_game(raw: RawGame, *, require_clocks: bool = False) -> ParsedGame:
         raise GameRejected("truncated")
 
     move_text = "".join(raw.move_lines)
-    board = chess.Board()
-    moves: list[str] = []
+    parsed_moves = _read_moves_fast(move_text)
+    if parsed_moves is None:
+        parsed_moves = _read_moves(move_text)
+    moves, clocks = parsed_moves
+
+    has_clock = [c >= 0 for c in clocks]
+    if require_clocks and not all(has_clock):
+        raise GameRejected("no_clocks")
+    game = Game(
+        moves=moves,
+        white_elo=white_elo,
+        black_elo=black_elo,
+        time_control=time_control,
+        result=_RESULTS[result_str],
+        termination=normalize_termination(headers.get("Termination")),
+        think_times=_think_times(clocks, base_inc) if any(has_clock) else None,
+        clocks=clocks if any(has_clock) else None,
+        game_id=_game_id(headers, move_text),
+        white=headers.get("White", ""),
+        black=headers.get("Black", ""),
+    )
+    return ParsedGame(game, headers)
+
+
+def _read_moves(move_text: str) -> tuple[list[str], list[float]]:
+    """The general move-text reader: variations, NAGs, any comments; raises ``GameRejected``."""
+    board = SanBoard()
+    moves = board.history
     clocks: list[float] = []
     depth = 0  # variation depth: moves inside ( ... ) are skipped
     result_token: str | None = None
@@ -467,39 +410,94 @@ def parse_game(raw: RawGame, *, require_clocks: bool = False) -> ParsedGame:
         san = word.rstrip("!?")
         if not _SAN_RE.match(san):
             raise GameRejected("unparsable_move", word[:20])
-        try:
-            move = san_to_move(board, san)
-        except chess.IllegalMoveError as e:
-            raise GameRejected("illegal_move", f"{san} at ply {len(moves) + 1}") from e
-        except chess.InvalidMoveError as e:
-            raise GameRejected("unparsable_move", san) from e
-        except ValueError as e:  # AmbiguousMoveError
-            raise GameRejected("illegal_move", f"{san} at ply {len(moves) + 1}") from e
-        board.push(move)
-        moves.append(move.uci())
+        _push(board, san)
         clocks.append(NO_TIME)
     if result_token is None or depth:
         raise GameRejected("truncated")
     if not moves:
         raise GameRejected("no_moves")
+    return moves, clocks
 
-    has_clock = [c >= 0 for c in clocks]
-    if require_clocks and not all(has_clock):
-        raise GameRejected("no_clocks")
-    game = Game(
-        moves=moves,
-        white_elo=white_elo,
-        black_elo=black_elo,
-        time_control=time_control,
-        result=_RESULTS[result_str],
-        termination=normalize_termination(headers.get("Termination")),
-        think_times=_think_times(clocks, base_inc) if any(has_clock) else None,
-        clocks=clocks if any(has_clock) else None,
-        game_id=_game_id(headers, move_text),
-        white=headers.get("White", ""),
-        black=headers.get("Black", ""),
-    )
-    return ParsedGame(game, headers)
+
+def _push(board: SanBoard, san: str) -> None:
+    try:
+        board.push_san(san)
+    except chess.IllegalMoveError as e:
+        raise GameRejected("illegal_move", f"{san} at ply {len(board.history) + 1}") from e
+    except chess.InvalidMoveError as e:
+        raise GameRejected("unparsable_move", san) from e
+    except ValueError as e:  # AmbiguousMoveError
+        raise GameRejected("illegal_move", f"{san} at ply {len(board.history) + 1}") from e
+
+
+# The fast reader covers move text made only of "[number.] SAN [{comment}]" plies and a final
+# result (every Lichess and chess.com export). It reads a ply per regex match and caches what a
+# word and a comment mean; anything else (variations, NAGs, several comments in a row, a bad
+# move) makes it give up, and ``_read_moves`` reads the game from the start, so both readers
+# always agree (tests/test_pgn.py checks it on real and fuzzed games).
+_PLY_RE = re.compile(r"(?:\d+\.+\s*)?([^\s{}();]+)\s*(\{[^}]*\})?")
+_WORD_CACHE: dict[str, str | None] = {}  # word -> SAN without "!?", or None: not a plain SAN
+_CLOCK_CACHE: dict[str, float] = {}  # comment -> its [%clk] in seconds, or NO_TIME
+_CACHE_MAX = 200_000
+
+
+def _word_san(word: str) -> str | None:
+    if word in _RESULT_TOKENS or (word[0].isdigit() and not word.startswith("0-0")):
+        return None
+    san = word.rstrip("!?")
+    return san if _SAN_RE.match(san) else None
+
+
+def _comment_clock(comment: str) -> float:
+    c = _CLK_RE.search(comment)
+    if c is None:
+        return NO_TIME
+    return int(c.group(1)) * 3600 + int(c.group(2)) * 60 + float(c.group(3))
+
+
+def _read_moves_fast(move_text: str) -> tuple[list[str], list[float]] | None:
+    """(moves, clocks) for plain move text, or None to leave the game to ``_read_moves``."""
+    if "(" in move_text or ")" in move_text or ";" in move_text:
+        return None
+    plies = _PLY_RE.findall(move_text)
+    if len(plies) < 2:
+        return None
+    last_word, last_comment = plies.pop()
+    if last_word not in _RESULT_TOKENS:
+        return None
+    comments = 1 if last_comment else 0
+    board = SanBoard()
+    push = board.push_san
+    clocks: list[float] = []
+    word_cache = _WORD_CACHE
+    clock_cache = _CLOCK_CACHE
+    try:
+        for word, comment in plies:
+            san = word_cache.get(word, False)
+            if san is False:
+                san = _word_san(word)
+                if len(word_cache) >= _CACHE_MAX:
+                    word_cache.clear()
+                word_cache[word] = san
+            if san is None:
+                return None
+            push(san)
+            if comment:
+                comments += 1
+                clock = clock_cache.get(comment)
+                if clock is None:
+                    clock = _comment_clock(comment)
+                    if len(clock_cache) >= _CACHE_MAX:
+                        clock_cache.clear()
+                    clock_cache[comment] = clock
+                clocks.append(clock)
+            else:
+                clocks.append(NO_TIME)
+    except ValueError:  # python-chess's move errors: _read_moves words the rejection
+        return None
+    if comments != move_text.count("{"):
+        return None
+    return board.history, clocks
 
 
 def _think_times(clocks: list[float], base_inc: tuple[int, int] | None) -> list[float]:

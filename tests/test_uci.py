@@ -220,7 +220,15 @@ def checkpoint(tmp_path_factory):
 
 
 def _engine_cmd(checkpoint) -> list[str]:
-    return [sys.executable, "-X", "faulthandler", "-m", "launch.uci", "--checkpoint", str(checkpoint)]
+    return [
+        sys.executable,
+        "-X",
+        "faulthandler",
+        "-m",
+        "launch.uci",
+        "--checkpoint",
+        str(checkpoint),
+    ]
 
 
 def test_simple_engine_plays_legal_moves(checkpoint):
@@ -281,3 +289,16 @@ def test_uci_is_answered_before_the_model_loads():
     gate.set()
     h.handle("isready")
     assert lines[-1] == "readyok"
+
+
+def test_go_right_after_bestmove_is_never_refused():
+    """Regression: a GUI's next go can arrive before the worker thread has exited."""
+    h, lines = make_handler(ScriptedAllie())
+    h.handle("position startpos")
+    for i in range(50):
+        h.handle("go movetime 10")
+        end = time.monotonic() + 5
+        while sum(line.startswith("bestmove") for line in lines) <= i:
+            assert time.monotonic() < end
+            time.sleep(0.0005)
+    assert not any("already thinking" in line for line in lines)

@@ -247,6 +247,7 @@ class UciHandler:
         self._load_thread: threading.Thread | None = None
         self._think_thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._answered = threading.Event()  # set once the current go's bestmove is out
         self.options = Options()
         self._position = _Position(None, [], chess.Board())
         self._tc: str | None = None  # inferred at the first go of a game
@@ -281,7 +282,9 @@ class UciHandler:
 
     @property
     def thinking(self) -> bool:
-        return self._think_thread is not None and self._think_thread.is_alive()
+        """True until this go's bestmove is sent (the worker may linger a moment after it)."""
+        alive = self._think_thread is not None and self._think_thread.is_alive()
+        return alive and not self._answered.is_set()
 
     # ------------------------------------------------------------ commands
 
@@ -394,11 +397,21 @@ class UciHandler:
         if self.thinking:
             self.send("info string already thinking; go ignored")
             return
-        params = GoParams.parse(args)
-        self._stop.clear()
+        if self._think_thread is not None:  # answered already: let the worker finish
+            self._think_thread.join()
+            self._think_thread = None
         pos = self._position
         snapshot = _Position(pos.start_fen, list(pos.moves), pos.board.copy(stack=False))
-        game = self._game_for(snapshot, params)  # here, not in the worker: it updates self._tc
+        try:
+            params = GoParams.parse(args)
+            game = self._game_for(snapshot, params)  # here, not in the worker: it sets self._tc
+        except Exception as exc:  # every go must get a bestmove
+            legal = next(iter(snapshot.board.legal_moves), None)
+            self.send(f"info string error in go: {type(exc).__name__}: {exc}")
+            self.send(f"bestmove {legal.uci() if legal else '(none)'}")
+            return
+        self._stop.clear()
+        self._answered.clear()
         self._go_count += 1
         self._think_thread = threading.Thread(
             target=self._think,
@@ -481,6 +494,7 @@ class UciHandler:
             if params.infinite:
                 self._stop.wait()  # UCI: no bestmove before stop in infinite mode
             self.send(f"bestmove {bestmove}")
+            self._answered.set()
 
     def _decide(
         self, allie: Allie, pos: _Position, game: Game, params: GoParams, go_index: int

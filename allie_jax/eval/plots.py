@@ -17,12 +17,17 @@ def _finite(x) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
-def plot_accuracy_vs_elo(report: dict, path: pathlib.Path) -> bool:
+def plot_accuracy_vs_elo(report: dict, path: pathlib.Path, min_positions: int = 20) -> bool:
+    """Bins with fewer than ``min_positions`` positions are left out (report.json keeps them)."""
     acc = report.get("move_accuracy", {})
     fig, ax = plt.subplots(figsize=(6, 4))
     drawn = False
     for name, block in acc.items():
-        rows = sorted((int(b), r) for b, r in block["by_elo"].items() if _finite(r["value"]))
+        rows = sorted(
+            (int(b), r)
+            for b, r in block["by_elo"].items()
+            if _finite(r["value"]) and r["n"] >= min_positions
+        )
         if not rows:
             continue
         x = [b + 50 for b, _ in rows]
@@ -32,7 +37,7 @@ def plot_accuracy_vs_elo(report: dict, path: pathlib.Path) -> bool:
         label = name + (" (subsample)" if block.get("subsample") else "")
         ax.errorbar(x, y, yerr=[lo, hi], marker="o", ms=3, capsize=2, label=label)
         drawn = True
-    ax.set_xlabel("mover Elo (100-Elo bins)")
+    ax.set_xlabel(f"mover Elo (100-Elo bins with ≥ {min_positions} positions)")
     ax.set_ylabel("move-matching accuracy (%)")
     ax.set_title("Move-matching accuracy")
     if drawn:
