@@ -161,12 +161,9 @@ for _sq, _bits in ((4, 3), (7, 1), (0, 2), (60, 12), (63, 4), (56, 8)):
 
 
 class SanBoard:
-    """The standard starting position; ``push_san`` resolves and plays one SAN move.
+    """A standard-chess position (the starting one unless ``from_fen``); ``push_san`` plays SAN."""
 
-    Only games from the standard start are supported (the PGN reader drops SetUp/Variant games).
-    """
-
-    __slots__ = ("board", "turn", "kings", "ep", "rights", "in_check", "history")
+    __slots__ = ("board", "turn", "kings", "ep", "rights", "in_check", "history", "root")
 
     def __init__(self) -> None:
         self.board = list(_START)
@@ -176,6 +173,43 @@ class SanBoard:
         self.rights = 15
         self.in_check = False
         self.history: list[str] = []  # UCI moves played (the fallback replays them)
+        self.root: str | None = None  # FEN of the first position when not the standard start
+
+    @classmethod
+    def from_fen(cls, fen: str) -> SanBoard:
+        """A standard-chess position given as FEN (python-chess reads it; errors are its own)."""
+        ref = chess.Board(fen)
+        out = cls()
+        out.board = [0] * 64
+        for sq, piece in ref.piece_map().items():
+            out.board[sq] = piece.piece_type | (0 if piece.color else 8)
+        out.turn = 0 if ref.turn else 1
+        white_king, black_king = ref.king(chess.WHITE), ref.king(chess.BLACK)
+        if white_king is None or black_king is None:
+            raise ValueError(f"FEN without both kings: {fen!r}")
+        out.kings = [white_king, black_king]
+        out.ep = ref.ep_square if ref.ep_square is not None else -1
+        out.rights = (
+            ref.has_kingside_castling_rights(chess.WHITE)
+            | ref.has_queenside_castling_rights(chess.WHITE) << 1
+            | ref.has_kingside_castling_rights(chess.BLACK) << 2
+            | ref.has_queenside_castling_rights(chess.BLACK) << 3
+        )
+        out.in_check = ref.is_check()
+        out.root = ref.fen()
+        return out
+
+    def copy(self) -> SanBoard:
+        other = SanBoard.__new__(SanBoard)
+        other.board = self.board[:]
+        other.turn = self.turn
+        other.kings = self.kings[:]
+        other.ep = self.ep
+        other.rights = self.rights
+        other.in_check = self.in_check
+        other.history = self.history[:]
+        other.root = self.root
+        return other
 
     def push_san(self, san: str) -> str:
         """Play ``san`` and return its UCI move; raises python-chess's ``parse_san`` errors."""
@@ -393,7 +427,7 @@ class SanBoard:
 
     def _fallback(self, san: str) -> str:
         """python-chess decides: its move (played here too) or its exception."""
-        board = chess.Board()
+        board = chess.Board(self.root) if self.root is not None else chess.Board()
         for uci in self.history:
             board.push(chess.Move.from_uci(uci))
         move = board.parse_san(san)  # raises IllegalMoveError / InvalidMoveError / Ambiguous...

@@ -5,7 +5,6 @@ from __future__ import annotations
 import bz2
 import io
 import pathlib
-import random
 
 import chess
 import chess.pgn
@@ -184,29 +183,6 @@ def test_require_clocks(sample_text):
     stats = pgn.ParseStats()
     assert list(pgn.read_games(io.StringIO(arena), require_clocks=True, stats=stats)) == []
     assert set(stats.dropped) <= {"no_clocks", "no_moves", "truncated"}
-
-
-def test_san_fast_path_agrees_with_parse_san():
-    """Every legal move's SAN in random positions (checks, pins, ep, promotions, castling)."""
-    rng = random.Random(0)
-    for _ in range(60):
-        board = chess.Board()
-        for _ in range(rng.randrange(10, 120)):
-            legal = list(board.legal_moves)
-            if not legal:
-                break
-            for move in legal:
-                assert pgn.san_to_move(board, board.san(move)) == move
-            board.push(rng.choice(legal))
-        # Illegal SAN strings raise the same errors as python-chess.
-        for san in ("Ke8", "Qa1", "exd5", "a8=Q", "Nb3", "Bxh7+", "O-O"):
-            try:
-                expected = board.parse_san(san)
-            except ValueError as e:
-                with pytest.raises(type(e)):
-                    pgn.san_to_move(board, san)
-            else:
-                assert pgn.san_to_move(board, san) == expected
 
 
 # ------------------------------------------------------------------------------------- fuzzing
