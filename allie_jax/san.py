@@ -8,8 +8,8 @@ the target square, and checks king safety only where it can fail: the king moves
 check, the piece stands on a line with its own king, or the move is en passant.
 
 Anything it does not resolve to exactly one legal move (no candidate, several candidates,
-unusual syntax such as ``Kg1`` for castling or ``e2e4``) goes to python-chess on a board
-replayed from the moves so far, so errors and odd-but-legal moves come out exactly as
+unusual syntax such as ``Kg1`` for castling or ``e2e4``) goes to python-chess on the same
+position (``to_chess``), so errors and odd-but-legal moves come out exactly as
 ``parse_san`` gives them (tests/test_san.py compares the two on real and random games and on
 mutated SAN).
 """
@@ -163,7 +163,7 @@ for _sq, _bits in ((4, 3), (7, 1), (0, 2), (60, 12), (63, 4), (56, 8)):
 class SanBoard:
     """A standard-chess position (the starting one unless ``from_fen``); ``push_san`` plays SAN."""
 
-    __slots__ = ("board", "turn", "kings", "ep", "rights", "in_check", "history", "root")
+    __slots__ = ("board", "turn", "kings", "ep", "rights", "in_check", "history")
 
     def __init__(self) -> None:
         self.board = list(_START)
@@ -172,8 +172,7 @@ class SanBoard:
         self.ep = -1  # the square a pawn just skipped (python-chess's ep_square), or -1
         self.rights = 15
         self.in_check = False
-        self.history: list[str] = []  # UCI moves played (the fallback replays them)
-        self.root: str | None = None  # FEN of the first position when not the standard start
+        self.history: list[str] = []  # UCI moves played
 
     @classmethod
     def from_fen(cls, fen: str) -> SanBoard:
@@ -196,7 +195,6 @@ class SanBoard:
             | ref.has_queenside_castling_rights(chess.BLACK) << 3
         )
         out.in_check = ref.is_check()
-        out.root = ref.fen()
         return out
 
     def copy(self) -> SanBoard:
@@ -208,7 +206,6 @@ class SanBoard:
         other.rights = self.rights
         other.in_check = self.in_check
         other.history = self.history[:]
-        other.root = self.root
         return other
 
     def push_san(self, san: str) -> str:
@@ -232,8 +229,10 @@ class SanBoard:
             return self._fallback(san)
         cands: list[int]
         if ptype == PAWN:
+            if (to < 8) if us == 0 else (to >= 56):
+                return self._fallback(san)  # a pawn cannot reach its own back rank
             if (promo != 0) != (to < 8 or to >= 56):
-                return self._fallback(san)
+                return self._fallback(san)  # promotion missing, or not on the last rank
             if from_file < 0 or from_file == to & 7:
                 if target:
                     return self._fallback(san)
@@ -426,12 +425,26 @@ class SanBoard:
         return self._play(home, path[1], KING, 0)
 
     def _fallback(self, san: str) -> str:
-        """python-chess decides: its move (played here too) or its exception."""
-        board = chess.Board(self.root) if self.root is not None else chess.Board()
-        for uci in self.history:
-            board.push(chess.Move.from_uci(uci))
-        move = board.parse_san(san)  # raises IllegalMoveError / InvalidMoveError / Ambiguous...
+        """python-chess decides on this position: its move (played here too) or its exception."""
+        move = self.to_chess().parse_san(san)  # raises Illegal/Invalid/AmbiguousMoveError
         if not move:
             raise chess.InvalidMoveError(f"null move {san!r} in a game")
         ptype = self.board[move.from_square] & 7
         return self._play(move.from_square, move.to_square, ptype, move.promotion or 0)
+
+    def to_chess(self) -> chess.Board:
+        """The same position as a python-chess board (without the move history)."""
+        board = chess.Board.empty()
+        board.set_piece_map(
+            {sq: chess.Piece(p & 7, not p >> 3) for sq, p in enumerate(self.board) if p}
+        )
+        board.turn = self.turn == 0
+        rights = self.rights
+        board.castling_rights = (
+            (chess.BB_H1 if rights & 1 else 0)
+            | (chess.BB_A1 if rights & 2 else 0)
+            | (chess.BB_H8 if rights & 4 else 0)
+            | (chess.BB_A8 if rights & 8 else 0)
+        )
+        board.ep_square = self.ep if self.ep >= 0 else None
+        return board

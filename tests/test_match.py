@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 
@@ -127,5 +126,5 @@ def test_game_against_stockfish_through_launch_match(tmp_path, capsys):
         assert "stockfish-1350" in (g.headers["White"], g.headers["Black"])
     text = capsys.readouterr().out
     assert "SCE mean" in text and "allie-tiny-policy-1500" in text  # the calibration table
-    pgn = chess.pgn.read_game(io.StringIO(out.read_text()))
-    assert pgn.headers["Round"] == "1"
+    # games are written as they finish; every round is there once
+    assert sorted(g.headers["Round"] for g in games) == ["1", "2"]

@@ -185,6 +185,61 @@ def test_require_clocks(sample_text):
     assert set(stats.dropped) <= {"no_clocks", "no_moves", "truncated"}
 
 
+def _read_general_only(text: str):
+    """The games and stats with the fast move-text reader switched off (the general one only)."""
+    fast = pgn._read_moves_fast
+    pgn._read_moves_fast = lambda move_text: None
+    try:
+        stats = pgn.ParseStats()
+        return list(pgn.read_games(io.StringIO(text), stats=stats)), stats
+    finally:
+        pgn._read_moves_fast = fast
+
+
+def test_fast_reader_covers_the_exports(sample_text):
+    """Lichess exports (with and without clocks) never leave the fast path: that is the speed."""
+    for text in (sample_text, _text(ARENA)):
+        for raw in pgn.split_games(io.StringIO(text)):
+            move_text = "".join(raw.move_lines)
+            if any(ch.isalpha() for ch in move_text):
+                assert pgn._read_moves_fast(move_text) is not None, move_text[:80]
+
+
+_HEAD = '[Event "x"]\n[Site "https://lichess.org/g1"]\n[Result "1-0"]\n[TimeControl "60+1"]\n\n'
+
+
+@pytest.mark.parametrize(
+    "move_text",
+    [
+        "1. e4 { [%clk 0:01:00] } 1... e5 { [%clk 0:00:59] } 2. Nf3 1-0",
+        "1.e4 {[%clk 0:01:00]} e5 {[%eval 0.2] [%clk 0:00:58.5]} 2.Nf3!? Nc6?? 1-0",
+        "1. e4 { [%clk 0:01:00] } { [%clk 0:00:30] } 1... e5 1-0",  # two comments: last wins
+        "1. e4 { no clock } e5 { [%clk 0:00:59] } 1-0",
+        "{ [%clk 0:01:00] } 1. e4 e5 1-0",  # comment before the first move
+        "{ e4 } 1. d4 d5 1-0",  # a move-like word inside a leading comment
+        "1. e4 $1 e5 $2 1-0",  # NAGs
+        "1. e4 (1. d4 d5) 1... e5 ; rest of line\n 2. Nf3 1-0",  # variation, line comment
+        "1. e4 e5 2. Ke3 1-0",  # illegal
+        "1. d4 e6 2. e4 Bb4+ 3. Nc3 Nf6 4. Ne2 1-0",  # unambiguous: the Nc3 is pinned
+        "1. e4 e5 1-0 { after the result }",
+        "1. e4 e5 1-0 2. Nf3",
+        "1. e4 { open comment 1-0",
+        "1. e4 e5 } 2. Nf3 1-0",  # a stray closing brace is ignored
+        "1 e4 e5 1-0",  # a move number without its dot
+        "1. e4 e5 2. O-O 1-0",
+        "1. e4 e5 2. Nf3 Nf6 3. Bc4 Bc5 4. 0-0 0-0 1-0",
+        "1. e4 e5 2. e8=Q 1-0",
+        "1. e4 {[%clk 0:01:00]} 1... e5 {[%clk 0:1:2]} 2. Qh5 {[%clk 1:00:00.25]} 1-0",
+    ],
+)
+def test_fast_and_general_readers_agree(move_text):
+    text = _HEAD + move_text + "\n\n"
+    games, stats = _read_general_only(text)
+    fast_stats = pgn.ParseStats()
+    assert list(pgn.read_games(io.StringIO(text), stats=fast_stats)) == games
+    assert fast_stats.to_dict() == stats.to_dict()
+
+
 # ------------------------------------------------------------------------------------- fuzzing
 
 
@@ -254,6 +309,8 @@ def _fuzz_case(games_text, sample_by_id, mutation, start):
     stats = pgn.ParseStats()
     out = list(pgn.read_games(io.StringIO(text), stats=stats))
     assert stats.games_read == stats.games_ok + sum(stats.dropped.values())
+    general_out, general_stats = _read_general_only(text)
+    assert out == general_out and stats.to_dict() == general_stats.to_dict()
     ids = [g.game_id for g in out]
     for intact in (a, c):
         gid = intact.split("lichess.org/")[1][:8]

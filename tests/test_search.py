@@ -35,7 +35,7 @@ def _toy_eval(h):
     return selection.mask_logits(logits, legal), value
 
 
-def _toy_expand(payloads, parent, path_nodes, path_len, action):
+def _toy_expand(payloads, parent, path_nodes, path_len, action, num_active):
     rows = jnp.arange(parent.shape[0])
     h = _mix(payloads[rows, parent], action.astype(jnp.uint32) + 1)
     logits, value = _toy_eval(h)

@@ -70,7 +70,7 @@ def _jax_eval(state, h):
     )
 
 
-def _expand(payloads, parent, path_nodes, path_len, action):
+def _expand(payloads, parent, path_nodes, path_len, action, num_active):
     rows = jnp.arange(parent.shape[0])
     state = jax.tree.map(lambda x: x[rows, parent], payloads["state"])
     h = _mix_jnp(payloads["hash"][rows, parent], action.astype(jnp.uint32) + 1)

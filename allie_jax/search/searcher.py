@@ -70,6 +70,20 @@ def _as_key(rng: Any) -> jax.Array:
     return rng
 
 
+def row_buckets(batch: int, mode: str) -> tuple[int, ...]:
+    """Batch sizes the model evaluation is compiled for: (B, B/2, ..., B/16) for ``adaptive``.
+
+    A batch runs max(budget) simulation steps; with rows sorted by budget the games still
+    searching at step s are a prefix, and the model runs on the smallest size covering them, so
+    a mixed-budget batch computes at most ~2x its real simulations (plus the B/16 floor) instead
+    of B · max(budget). Other modes (equal budgets) compile the batch size only, which keeps
+    one compiled search per (batch, tree size) whatever the budgets.
+    """
+    if batch == 1 or mode != "adaptive":
+        return (batch,)
+    return tuple(batch >> i for i in range(5) if batch >> i >= 1)
+
+
 def tree_size(max_budget: int, max_sims: int) -> int:
     """Node slots for a batch: next power of two of the largest budget (≤ max_sims), plus the root."""
     if max_budget <= 0:
@@ -98,7 +112,9 @@ def _replay(move_ids, lengths, rules):
     return state, legal, done
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "num_nodes", "config", "tree_params"))
+@functools.partial(
+    jax.jit, static_argnames=("graphdef", "num_nodes", "config", "tree_params", "row_buckets")
+)
 def _search(
     graphdef,
     params,
@@ -109,19 +125,31 @@ def _search(
     c_puct,
     argmax_rows,
     rng,
+    order,
     *,
     num_nodes: int,
     config: SearchConfig,
     tree_params: tree_search.SearchParams,
+    row_buckets: tuple[int, ...],
 ):
     model = nnx.merge(graphdef, params)
+    if len(row_buckets) > 1:  # rows by budget, descending: the active rows are a prefix
+
+        def take(x):
+            return jnp.take(x, order, axis=0)
+
+        cache = KVCache(
+            jnp.take(cache.k, order, 1), jnp.take(cache.v, order, 1), take(cache.length)
+        )
+        root_state, root_out = jax.tree.map(take, (root_state, root_out))
+        budgets, c_puct, argmax_rows = take(budgets), take(c_puct), take(argmax_rows)
     root = evaluator.root_eval(model, root_state, root_out, cache)
     legal = selection.legal_from_logits(root.prior_logits)
     prior = jax.nn.softmax(root.prior_logits, axis=-1)
     prior = jnp.where(legal, prior, 0.0)
     tempered = jnp.where(legal, jax.nn.softmax(root.prior_logits / config.temperature, -1), 0.0)
     if num_nodes > 1:
-        expand = evaluator.make_model_expand(model, cache)
+        expand = evaluator.make_model_expand(model, cache, row_buckets)
         tree = tree_search.search(
             root, expand, budgets, c_puct, num_nodes=num_nodes, params=tree_params
         )
@@ -147,7 +175,7 @@ def _search(
     move_logits = jnp.where(legal, root_out.policy_logits[:, : vocab.NUM_MOVES], -jnp.inf)
     resign_logit = root_out.policy_logits[:, vocab.TERMINATION] > move_logits.max(-1)
     resign = resign_logit & (root.value < config.resign_value) & config.resign
-    return {
+    result = {
         "move_id": move.astype(jnp.int32),
         "policy": policy,
         "prior": prior,
@@ -155,6 +183,10 @@ def _search(
         "resign": resign,
         "search_value": search_value,
     }
+    if len(row_buckets) > 1:
+        inverse = jnp.argsort(order)
+        result = jax.tree.map(lambda x: jnp.take(x, inverse, axis=0), result)
+    return result
 
 
 # ----------------------------------------------------------------------------- the Searcher
@@ -288,6 +320,8 @@ class Searcher:
                     elo = cfg.greedy_elo
                 argmax_rows[i] = (elo or 0) >= cfg.rating_based_elo and len(g.moves) > 8
         nodes = tree_size(int(budgets.max()), cfg.max_sims)
+        buckets = row_buckets(b, cfg.mode)
+        order = np.argsort(-budgets, kind="stable").astype(np.int32)
         params = tree_search.SearchParams(cfg.c_base, cfg.fpu_mode, float(cfg.fpu), cfg.max_path)
         res = _search(
             self.graphdef,
@@ -299,9 +333,11 @@ class Searcher:
             jnp.asarray(c_puct),
             jnp.asarray(argmax_rows),
             _as_key(rng),
+            jnp.asarray(order),
             num_nodes=nodes,
             config=cfg,
             tree_params=params,
+            row_buckets=buckets,
         )
         res = jax.device_get(res)
         self.stats["simulations"] += int(budgets[:n].sum())

@@ -49,8 +49,9 @@ class NodeEval(NamedTuple):
     payload: Any
 
 
-# expand_fn(payloads [B, N, ...], parent [B], path_nodes [B, P], path_len [B], action [B])
-ExpandFn = Callable[[Any, chex.Array, chex.Array, chex.Array, chex.Array], NodeEval]
+# expand_fn(payloads [B, N, ...], parent [B], path_nodes [B, P], path_len [B], action [B],
+#           num_active []): rows >= num_active are idle this step (whatever they return is dropped)
+ExpandFn = Callable[[Any, chex.Array, chex.Array, chex.Array, chex.Array, chex.Array], NodeEval]
 
 
 class SearchParams(NamedTuple):
@@ -127,6 +128,56 @@ def _simulate(tree: Tree, select_fn, frozen: chex.Array):
     return end.node, end.action, end.revisit
 
 
+def backup(
+    tree: Tree,
+    path: chex.Array,
+    path_len: chex.Array,
+    expanded: chex.Array,
+    active: chex.Array,
+    new_node: chex.Array,
+    leaf_value: chex.Array,
+    num_nodes: int,
+) -> Tree:
+    """mctx's ``backward`` (reward 0, discount −1) as one scatter per statistic, not a loop.
+
+    mctx walks from the leaf to the root in a vmapped ``while_loop`` whose carry is the whole
+    tree; batching that loop selects between the old and the new tree at every step, i.e. it
+    rewrites the [B, N, A] child statistics once per depth level of every simulation, which
+    made a step's cost grow with the tree size. The path from the root is already known
+    (``path``: nodes at depths 1..path_len of the selected node), so every ancestor's update is
+    computed at once with mctx's exact arithmetic: ancestor j of a leaf at depth D gets
+    (V·n + (−1)^(D−j)·v) / (n + 1), and its edge towards the leaf the child's new value.
+    """
+    batch, p = path.shape
+    brange = jnp.arange(batch)[:, None]
+    # chain[:, j]: the node at depth j on the way to the leaf (0 = root); the new node at d + 1
+    chain = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), path], axis=1)
+    chain = chain.at[brange[:, 0], jnp.where(expanded, path_len + 1, p + 1)].set(
+        new_node, mode="drop"
+    )
+    leaf_depth = jnp.where(active, path_len + expanded.astype(jnp.int32), 0)[:, None]
+    j = jnp.arange(p + 1)[None, :]
+    ancestor = j < leaf_depth
+    count = tree.node_visits[brange, chain]
+    odd = (leaf_depth - j) % 2 == 1
+    contribution = jnp.where(odd, -leaf_value[:, None], leaf_value[:, None])
+    new_values = (tree.node_values[brange, chain] * count + contribution) / (count + 1.0)
+    # value each ancestor's edge towards the leaf takes: its child's updated value
+    child_values = jnp.concatenate([new_values[:, 1:], new_values[:, :1]], axis=1)
+    child_values = jnp.where(j + 1 == leaf_depth, leaf_value[:, None], child_values)
+    child = jnp.concatenate([chain[:, 1:], chain[:, :1]], axis=1)
+    action = tree.action_from_parent[brange, child]
+    slot = jnp.where(ancestor, chain, num_nodes)  # out of range: dropped
+    return tree.replace(
+        node_values=tree.node_values.at[brange, slot].set(new_values, mode="drop"),
+        node_visits=tree.node_visits.at[brange, slot].add(1, mode="drop"),
+        children_values=tree.children_values.at[brange, slot, action].set(
+            child_values, mode="drop"
+        ),
+        children_visits=tree.children_visits.at[brange, slot, action].add(1, mode="drop"),
+    )
+
+
 def search(
     root: NodeEval,
     expand_fn: ExpandFn,
@@ -153,7 +204,9 @@ def search(
         emb = tree.embeddings
         node, action, revisit = simulate(tree, select_fn, emb["frozen"])
         path, path_len = paths(tree.parents, emb["depth"], node, params.max_path)
-        ev = expand_fn(emb["payload"], node, path, path_len, action)
+        # rows past the last active one are idle: the expand may skip them (their writes drop)
+        num_active = jnp.max(jnp.where(active, brange + 1, 0))
+        ev = expand_fn(emb["payload"], node, path, path_len, action, num_active)
 
         expand = active & ~revisit
         new = jnp.full((batch,), sim + 1, jnp.int32)
@@ -187,8 +240,8 @@ def search(
             parents=put(tree.parents, node, write),
             action_from_parent=put(tree.action_from_parent, action, write),
         )
-        leaf = jnp.where(active, jnp.where(revisit, node, new), Tree.ROOT_INDEX)
-        return mctx_search.backward(tree, leaf)
+        leaf_value = jnp.where(revisit, tree.node_values[brange, node], value)
+        return backup(tree, path, path_len, expand, active, new, leaf_value, num_nodes)
 
     tree = init_tree(root, c_puct, num_nodes)
     return jax.lax.fori_loop(0, jnp.max(budgets), body, tree)

@@ -1,0 +1,89 @@
+"""The TFDS/Beam builder against ``launch.prepare_data`` on the bundled games (DirectRunner).
+
+Both must keep the same games, with byte-identical records, in the same splits. Needs the
+optional ``scale`` dependencies (tensorflow-datasets, apache-beam; no TensorFlow).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+tfds = pytest.importorskip(
+    "tensorflow_datasets",
+    reason="tensorflow-datasets not installed (optional 'scale' dependencies)",
+)
+beam = pytest.importorskip(
+    "apache_beam", reason="apache-beam not installed (optional 'scale' dependencies)"
+)
+
+from allie_jax.data import prepare, records, shards, tfds_builder  # noqa: E402
+
+# The settings of the conftest ``prepared_sample`` fixture (launch.prepare_data's flags).
+CONFIG = prepare.PrepareConfig(events="all", val_frac=0.05, test_frac=0.05)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, sample_pgn):
+    builder = tfds_builder.make_builder(
+        [str(sample_pgn)], str(tmp_path_factory.mktemp("tfds")), CONFIG
+    )
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(beam_runner=beam.runners.DirectRunner())
+    )
+    return builder
+
+
+def _tfds_records(builder, split: str) -> list[bytes]:
+    source = builder.as_data_source()[split]
+    return [source[i]["record"] for i in range(len(source))]
+
+
+def _prepared_records(data_dir, split: str) -> list[bytes]:
+    return [r for path in shards.shard_paths(data_dir, split) for r in shards.read_records(path)]
+
+
+def test_same_games_per_split_as_prepare_data(built, prepared_sample):
+    total = 0
+    for split in shards.SPLITS:
+        ours = _tfds_records(built, split)
+        reference = _prepared_records(prepared_sample, split)
+        assert collections.Counter(ours) == collections.Counter(reference), split
+        assert len(ours) > 0
+        total += len(ours)
+    # Every record decodes, and ids are unique across splits.
+    ids = [
+        records.deserialize_game(r).game_id
+        for split in shards.SPLITS
+        for r in _tfds_records(built, split)
+    ]
+    assert len(ids) == len(set(ids)) == total
+    assert built.info.splits["train"].num_examples == len(_tfds_records(built, "train"))
+
+
+def test_split_of_each_game_is_its_id_hash(built):
+    for split in shards.SPLITS:
+        for record in _tfds_records(built, split):
+            game_id = records.deserialize_game(record).game_id
+            assert shards.assign_split(game_id, seed=0, val_frac=0.05, test_frac=0.05) == split
+
+
+def test_stdin_rejected(tmp_path):
+    with pytest.raises(ValueError, match="stdin"):
+        tfds_builder.make_builder(["-"], str(tmp_path), CONFIG)
+
+
+def test_filters_and_elo_balance_match_prepare(tmp_path, sample_pgn):
+    """Default filters (rated blitz, no bots) plus Elo balancing: still the same games."""
+    config = prepare.PrepareConfig(elo_balance=True, val_frac=0.1, test_frac=0.1)
+    stats = prepare.prepare([str(sample_pgn)], tmp_path / "prepared", config, progress=False)
+    builder = tfds_builder.make_builder([str(sample_pgn)], str(tmp_path / "tfds"), config)
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(beam_runner=beam.runners.DirectRunner())
+    )
+    assert stats["dropped"].get("elo_balance", 0) > 0  # the balancing really dropped games
+    for split in shards.SPLITS:
+        ours = collections.Counter(_tfds_records(builder, split))
+        assert ours == collections.Counter(_prepared_records(tmp_path / "prepared", split))
+        assert sum(ours.values()) == stats["per_split"][split]["games"]
