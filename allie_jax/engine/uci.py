@@ -493,8 +493,9 @@ class UciHandler:
         finally:
             if params.infinite:
                 self._stop.wait()  # UCI: no bestmove before stop in infinite mode
-            self.send(f"bestmove {bestmove}")
+            # answered before the line goes out: a GUI's next go may arrive the instant it does
             self._answered.set()
+            self.send(f"bestmove {bestmove}")
 
     def _decide(
         self, allie: Allie, pos: _Position, game: Game, params: GoParams, go_index: int
