@@ -68,12 +68,12 @@ def header_filter(headers: dict[str, str], config: PrepareConfig) -> str | None:
 
 
 @dataclasses.dataclass
-class _ChunkResult:
+class ChunkResult:
     written: list[tuple[str, bytes, int, int | None]]  # split, record, tokens, Elo bin
     stats: pgn.ParseStats
 
 
-def _process_chunk(args) -> _ChunkResult:
+def process_chunk(args) -> ChunkResult:
     raw_games, config, balance = args
     stats = pgn.ParseStats()
     written = []
@@ -108,7 +108,7 @@ def _process_chunk(args) -> _ChunkResult:
                 shards.elo_bin(game.white_elo, game.black_elo),
             )
         )
-    return _ChunkResult(written, stats)
+    return ChunkResult(written, stats)
 
 
 def _num_tokens(game: Game) -> int:
@@ -207,7 +207,7 @@ def prepare(
     pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
     try:
         results = (
-            pool.imap(_process_chunk, jobs, chunksize=1) if pool else map(_process_chunk, jobs)
+            pool.imap(process_chunk, jobs, chunksize=1) if pool else map(process_chunk, jobs)
         )
         for result in results:
             stats.merge(result.stats)

@@ -1,7 +1,7 @@
 """A TFDS dataset of game records built under Apache Beam (the scale path for monthly dumps).
 
 ``launch.prepare_data`` parses on one machine; this builder runs the very same per-game code
-(``prepare._process_chunk``: ``pgn.parse_game``, the header filters, ``min_plies``, Elo
+(``prepare.process_chunk``: ``pgn.parse_game``, the header filters, ``min_plies``, Elo
 balancing and ``shards.assign_split`` on the game id) inside a Beam pipeline, so a Dataflow /
 Flink / Spark run and a local ``prepare_data`` run put the same games, with byte-identical
 records, in the same splits (tests/test_tfds_builder.py checks it with the DirectRunner).
@@ -55,14 +55,14 @@ def parse_chunk(
 ) -> Iterator[tuple[str, str, dict]]:
     """(split, key, example) for each kept game of a chunk; drop reasons go to Beam counters.
 
-    Games go one at a time through ``prepare._process_chunk`` so that each kept game keeps its
+    Games go one at a time through ``prepare.process_chunk`` so that each kept game keeps its
     place in the file as its key (deterministic, as TFDS requires).
     """
     from apache_beam.metrics import Metrics
 
     path, start, raw_games = item
     for offset, raw in enumerate(raw_games):
-        result = prepare_lib._process_chunk(([raw], config, balance))
+        result = prepare_lib.process_chunk(([raw], config, balance))
         for reason, count in result.stats.dropped.items():
             Metrics.counter(COUNTER_NAMESPACE, f"dropped_{reason}").inc(count)
         Metrics.counter(COUNTER_NAMESPACE, "games_read").inc(result.stats.games_read)
