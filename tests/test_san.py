@@ -28,7 +28,7 @@ SAMPLES = (
     REPO / "data" / "sample" / "lichess_sample.pgn.zst",
     REPO / "data" / "sample" / "lichess_arenas_sample_noclk.pgn.zst",
 )
-SHARED = pathlib.Path("/work/shared/data")
+SHARED = REPO.parent / "shared" / "data"  # the project's shared folder beside the checkout
 
 _LETTERS = {
     chess.PAWN: "",
@@ -226,9 +226,9 @@ def test_real_games_every_move():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SHARED.exists(), reason="needs /work/shared/data (development box)")
+@pytest.mark.skipif(not SHARED.exists(), reason="needs the shared data folder beside the checkout (../shared/data)")
 def test_all_shared_games_every_move():
-    """All 18,037 games of /work/shared/data move by move; SAN mutations every 25th position."""
+    """All 18,037 games of ../shared/data move by move; SAN mutations every 25th position."""
     counts: collections.Counter = collections.Counter()
     for path in sorted(SHARED.glob("*/*.pgn.zst")):
         counts.update(_replay_real(_pgn_games(path), random.Random(0), check_every=25))
