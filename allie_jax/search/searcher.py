@@ -10,6 +10,13 @@
 
 Batches are padded to powers of two and prefix lengths to buckets, and the tree size to a power
 of two of the largest budget, so a long match compiles each function only a handful of times.
+
+Mixed budgets (``adaptive``): the batch runs max(budget) simulation steps. Inside the search the
+rows are sorted by budget (descending; results come back in the callers' order, and each row's
+move is drawn after un-sorting, so it does not depend on the sort), so the games still searching
+at a step are a prefix and the model runs on the smallest of (B, B/2, ..., B/16) rows covering
+them (``row_buckets``). A batch of 32 games with budgets 41..132 thus costs about its real
+simulations instead of 32 × 132.
 """
 
 from __future__ import annotations
@@ -133,49 +140,53 @@ def _search(
     row_buckets: tuple[int, ...],
 ):
     model = nnx.merge(graphdef, params)
-    if len(row_buckets) > 1:  # rows by budget, descending: the active rows are a prefix
+    sorted_rows = len(row_buckets) > 1  # rows by budget, descending: the active rows are a prefix
 
-        def take(x):
-            return jnp.take(x, order, axis=0)
+    def take(x, index, axis=0):
+        return jnp.take(x, index, axis=axis) if sorted_rows else x
 
-        cache = KVCache(
-            jnp.take(cache.k, order, 1), jnp.take(cache.v, order, 1), take(cache.length)
-        )
-        root_state, root_out = jax.tree.map(take, (root_state, root_out))
-        budgets, c_puct, argmax_rows = take(budgets), take(c_puct), take(argmax_rows)
-    root = evaluator.root_eval(model, root_state, root_out, cache)
+    cache_s = KVCache(take(cache.k, order, 1), take(cache.v, order, 1), take(cache.length, order))
+    state_s, out_s = jax.tree.map(lambda x: take(x, order), (root_state, root_out))
+    budgets_s, c_puct_s = take(budgets, order), take(c_puct, order)
+    root = evaluator.root_eval(model, state_s, out_s, cache_s)
     legal = selection.legal_from_logits(root.prior_logits)
     prior = jax.nn.softmax(root.prior_logits, axis=-1)
     prior = jnp.where(legal, prior, 0.0)
     tempered = jnp.where(legal, jax.nn.softmax(root.prior_logits / config.temperature, -1), 0.0)
     if num_nodes > 1:
-        expand = evaluator.make_model_expand(model, cache, row_buckets)
+        expand = evaluator.make_model_expand(model, cache_s, row_buckets)
         tree = tree_search.search(
-            root, expand, budgets, c_puct, num_nodes=num_nodes, params=tree_params
+            root, expand, budgets_s, c_puct_s, num_nodes=num_nodes, params=tree_params
         )
         visits = tree.children_visits[:, 0]
         q = jax.vmap(
             lambda t, i: selection.completed_q(t, i, fpu_mode=config.fpu_mode, fpu=config.fpu),
             in_axes=(0, None),
         )(tree, 0)
-        lam = pibar.kl_lambda(c_puct, visits.sum(-1), legal.sum(-1), sqrt=config.lambda_sqrt)
+        lam = pibar.kl_lambda(c_puct_s, visits.sum(-1), legal.sum(-1), sqrt=config.lambda_sqrt)
         if config.final_policy == "pibar":
             searched = pibar.pibar(q, prior, legal, lam, iterations=config.pibar_iterations)
         else:
             searched = pibar.visit_policy(visits, prior)
-        policy = jnp.where((budgets > 0)[:, None], searched, tempered)
+        policy = jnp.where((budgets_s > 0)[:, None], searched, tempered)
         search_value = tree.node_values[:, 0]
     else:
         visits = jnp.zeros(prior.shape, jnp.int32)
         policy = tempered
         search_value = root.value
+    # back to the callers' row order before sampling, so a row's move does not depend on how
+    # the batch was sorted
+    inverse = jnp.argsort(order)
+    legal, prior, policy, visits, search_value, root_value = jax.tree.map(
+        lambda x: take(x, inverse), (legal, prior, policy, visits, search_value, root.value)
+    )
     logp = jnp.log(jnp.maximum(policy, 1e-38))
     sampled = jax.random.categorical(rng, jnp.where(legal & (policy > 0), logp, -jnp.inf))
     move = jnp.where(argmax_rows, jnp.argmax(jnp.where(legal, policy, -1.0), -1), sampled)
     move_logits = jnp.where(legal, root_out.policy_logits[:, : vocab.NUM_MOVES], -jnp.inf)
     resign_logit = root_out.policy_logits[:, vocab.TERMINATION] > move_logits.max(-1)
-    resign = resign_logit & (root.value < config.resign_value) & config.resign
-    result = {
+    resign = resign_logit & (root_value < config.resign_value) & config.resign
+    return {
         "move_id": move.astype(jnp.int32),
         "policy": policy,
         "prior": prior,
@@ -183,10 +194,6 @@ def _search(
         "resign": resign,
         "search_value": search_value,
     }
-    if len(row_buckets) > 1:
-        inverse = jnp.argsort(order)
-        result = jax.tree.map(lambda x: jnp.take(x, inverse, axis=0), result)
-    return result
 
 
 # ----------------------------------------------------------------------------- the Searcher

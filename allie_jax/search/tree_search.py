@@ -6,7 +6,8 @@ exactly the tree stock ``mctx.search(num_simulations=b)`` builds (tested):
 
 1. Per-game budgets: the loop runs max(budget) simulations; simulation ``sim`` writes nothing for
    a game whose budget is ≤ sim (its writes go to an out-of-range index with ``mode="drop"`` and
-   its backward starts at the root, where mctx's backward stops at once). No tree copy per step.
+   its backup is empty). No tree copy per step. The expand function is told how many leading
+   rows are still active (``num_active``), so it may skip the model for the idle tail.
 2. Terminal nodes are not expanded: a simulation that reaches one (``frozen``) backs its exact
    value up again instead of evaluating a child, like the released Python MCTS did.
 3. Depth cap P (``max_path``): a node at depth P is frozen like a terminal one: revisits back up
@@ -20,7 +21,8 @@ New nodes are numbered by simulation (node ``sim + 1``), so a revisit leaves its
 
 The expand function receives the parent's payload store and the node indices of the parent's
 path from the root (depth 1 .. depth(parent)), so a model evaluator can gather the keys/values
-of the path and run ONE new token per simulation.
+of the path and run ONE new token per simulation. The same path gives the backup (``backup``):
+mctx's ``backward`` arithmetic as one scatter per statistic instead of a loop over depth.
 """
 
 from __future__ import annotations
