@@ -205,22 +205,30 @@ def test_path_forward_equals_full_pass(tiny_model):
     root = evaluator.heads_first(cache)
     shape = (b, nodes, cfg.num_layers, cfg.num_heads, cfg.head_dim)
     store_k, store_v = jnp.zeros(shape), jnp.zeros(shape)
+    graphdef, params = nnx.split(model)
+    step = jax.jit(lambda p, *a: evaluator.path_forward(nnx.merge(graphdef, p), *a))
+    full_pass = jax.jit(lambda p, t: nnx.merge(graphdef, p)(t))
     path_nodes = np.zeros((b, 6), np.int32)  # P = 6 slots, only the first ``depth`` real
     for depth in range(4):
         action = jnp.asarray([p[depth] for p in paths], jnp.int32)
-        out, k, v = evaluator.path_forward(
-            model, action, root, jnp.asarray(path_nodes), jnp.full(b, depth), store_k, store_v
+        out, k, v = step(
+            params, action, root, jnp.asarray(path_nodes), jnp.full(b, depth), store_k, store_v
         )
         store_k = store_k.at[:, depth + 1].set(k)
         store_v = store_v.at[:, depth + 1].set(v)
         path_nodes[:, depth] = depth + 1
+        # the plain causal pass over prefix + path (padding after the sequence is never seen)
+        seqs = np.full((b, 24), vocab.PAD, np.int32)
         for i in range(b):
             seq = np.concatenate([prefixes[i], paths[i][: depth + 1]])
-            full = model(jnp.asarray(seq)[None])
+            seqs[i, : len(seq)] = seq
+        full = full_pass(params, jnp.asarray(seqs))
+        for i in range(b):
+            last = lengths[i] + depth
             np.testing.assert_allclose(
-                out.policy_logits[i, 0], full.policy_logits[0, -1], atol=2e-4, rtol=1e-4
+                out.policy_logits[i, 0], full.policy_logits[i, last], atol=2e-4, rtol=1e-4
             )
-            np.testing.assert_allclose(out.value[i, 0], full.value[0, -1], atol=2e-5)
+            np.testing.assert_allclose(out.value[i, 0], full.value[i, last], atol=2e-5)
 
 
 def test_adaptive_sorted_row_buckets_change_nothing(tiny_model, monkeypatch):
