@@ -68,6 +68,16 @@ def _side_to_move_value(value_white: float, board: chess.Board) -> float:
     return value_white if board.turn == chess.WHITE else -value_white
 
 
+def replay_boards(
+    games: Sequence[Game], start_fens: Sequence[str | None] | None
+) -> list[chess.Board]:
+    """One board per game (``start_fens`` optional, one per game), via ``replay_board``."""
+    fens = list(start_fens) if start_fens is not None else [None] * len(games)
+    if len(fens) != len(games):
+        raise ValueError(f"start_fens has {len(fens)} entries for {len(games)} games")
+    return [replay_board(g, f) for g, f in zip(games, fens, strict=True)]
+
+
 def replay_board(game: Game, start_fen: str | None = None) -> chess.Board:
     """The board after the game's moves, raising ValueError naming the first illegal move."""
     board = chess.Board(start_fen) if start_fen else chess.Board()
@@ -203,10 +213,7 @@ class Allie:
         games = list(games)
         if not games:
             return []
-        fens = list(start_fens) if start_fens is not None else [None] * len(games)
-        if len(fens) != len(games):
-            raise ValueError(f"start_fens has {len(fens)} entries for {len(games)} games")
-        boards = [replay_board(g, f) for g, f in zip(games, fens, strict=True)]
+        boards = replay_boards(games, start_fens)
         logits, time, value = self._raw(games, boards)
         out = []
         for i, board in enumerate(boards):
@@ -258,10 +265,7 @@ class Allie:
         games = list(games)
         if not games:
             return []
-        fens = list(start_fens) if start_fens is not None else [None] * len(games)
-        if len(fens) != len(games):
-            raise ValueError(f"start_fens has {len(fens)} entries for {len(games)} games")
-        boards = [replay_board(g, f) for g, f in zip(games, fens, strict=True)]
+        boards = replay_boards(games, start_fens)
         for i, b in enumerate(boards):
             if b.is_game_over(claim_draw=False) or not any(True for _ in b.legal_moves):
                 raise ValueError(f"game {i} is over ({b.result()}): no move to play")
@@ -269,6 +273,7 @@ class Allie:
         key_search, key_direct = jax.random.split(as_jax_key(rng))
         # The Searcher replays from the standard start inside jit and reads at most max_len
         # tokens; FEN starts, over-long games and claimable draws are answered directly.
+        fens = list(start_fens) if start_fens is not None else [None] * len(games)
         why = [self._direct_reason(g, f, b) for g, f, b in zip(games, fens, boards, strict=True)]
         decisions: list[Decision | None] = [None] * len(games)
         std = [i for i, w in enumerate(why) if not w]
