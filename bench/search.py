@@ -8,6 +8,7 @@ evaluation runs the model on the whole sequence root prefix + path, no cache
 to a multiple of 16). It does not batch, so it is measured at batch 1 per ply.
 
     .venv/bin/python bench/search.py                 # the default grid (~10 min on 2 CPU cores)
+    .venv/bin/python bench/search.py --full          # every size at plies 30/80/150 (~20 min)
     .venv/bin/python bench/search.py --sizes allie_124m --batches allie_124m=1,32,256
 
 Sizes: ``small`` is the 4-layer width-256 (8 heads) shape the issue quotes for the released code;
@@ -49,6 +50,9 @@ SAMPLES = [
 ]
 SIZES = {"small": dict(num_layers=4, embed_dim=256, num_heads=8, max_len=1024)}
 DEFAULT_BATCHES = {"small": (1, 32, 256), "allie_124m": (1, 32)}
+ALL_PLIES = (30, 80, 150)
+# the default run (~10 min on 2 CPU cores): the small model at ply 30 only; --full: every ply
+DEFAULT_PLIES = {"small": (30,), "allie_124m": ALL_PLIES}
 
 
 @functools.cache
@@ -161,7 +165,14 @@ def main() -> None:
         default=[],
         help="SIZE=1,32,256 (or 1,32 for every size); default small=1,32,256 allie_124m=1,32",
     )
-    p.add_argument("--plies", type=int, nargs="+", default=[30, 80, 150])
+    p.add_argument(
+        "--plies",
+        type=int,
+        nargs="+",
+        default=None,
+        help="plies for every size; default small=30, allie_124m=30 80 150 (--full: 30 80 150)",
+    )
+    p.add_argument("--full", action="store_true", help="every size at plies 30, 80 and 150")
     p.add_argument("--presets", nargs="+", default=["search", "adaptive"])
     p.add_argument("--mean-sims", type=int, default=50)
     p.add_argument("--repeat", type=int, default=2)
@@ -170,6 +181,10 @@ def main() -> None:
     args = p.parse_args()
     sizes = args.sizes.split(",")
     batches = _batches(args.batches, sizes)
+    if args.plies:
+        plies = {s: tuple(args.plies) for s in sizes}
+    else:
+        plies = {s: ALL_PLIES if args.full else DEFAULT_PLIES.get(s, ALL_PLIES) for s in sizes}
 
     print(
         f"{jax.devices()[0].device_kind}, {platform.machine()}, {jax.device_count()} device(s), "
@@ -182,7 +197,7 @@ def main() -> None:
     for size in sizes:
         model = AllieModel(model_config(size), rngs=nnx.Rngs(0))
         print(f"\nmodel {size} (random init)\n{header}", flush=True)
-        for ply in args.plies:
+        for ply in plies[size]:
             base_games, _ = positions(ply, args.baseline_games)
             base_rate, base_tok = bench_baseline(
                 model, base_games, args.mean_sims, args.baseline_seconds

@@ -40,6 +40,11 @@ from allie_jax.search import evaluator, pibar, selection, tree_search
 from allie_jax.search.config import SearchConfig
 
 LENGTH_BUCKETS = (8, 16, 32, 64, 128, 256, 512)
+# Tokens run through the model by one prefill: finer than the cache widths, because the prefill
+# computes every padded token (a cold 35-token root padded to 64 doubled its cost, a third of
+# a 124M model's move at batch 32), while a new width only recompiles the cheap prefill, not the
+# search (whose shapes follow the cache width).
+PREFILL_BUCKETS = (8, 16, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512)
 
 
 @dataclasses.dataclass
@@ -266,7 +271,7 @@ class Searcher:
             cache = KVCache(k, v, cache.length)
         cache = KVCache(cache.k, cache.v, jnp.asarray(usable, jnp.int32))
         num_new = lengths - usable
-        s = _bucket(int(num_new.max()), LENGTH_BUCKETS)
+        s = _bucket(int(num_new.max()), PREFILL_BUCKETS)
         new = np.full((b, s), vocab.PAD, np.int32)
         for i, toks in enumerate(token_rows):
             new[i, : num_new[i]] = toks[usable[i] :]
