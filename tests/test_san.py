@@ -226,7 +226,9 @@ def test_real_games_every_move():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SHARED.exists(), reason="needs the shared data folder beside the checkout (../shared/data)")
+@pytest.mark.skipif(
+    not SHARED.exists(), reason="needs the shared data folder beside the checkout (../shared/data)"
+)
 def test_all_shared_games_every_move():
     """All 18,037 games of ../shared/data move by move; SAN mutations every 25th position."""
     counts: collections.Counter = collections.Counter()

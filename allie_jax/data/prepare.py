@@ -206,9 +206,7 @@ def prepare(
     bar = tqdm(unit="game", disable=None if progress is None else not progress, smoothing=0.1)
     pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
     try:
-        results = (
-            pool.imap(process_chunk, jobs, chunksize=1) if pool else map(process_chunk, jobs)
-        )
+        results = pool.imap(process_chunk, jobs, chunksize=1) if pool else map(process_chunk, jobs)
         for result in results:
             stats.merge(result.stats)
             for split, record, n_tokens, bin_ in result.written:
