@@ -191,8 +191,9 @@ def test_bad_input_names_the_problem(allie):
 
 
 def test_load_round_trip(tmp_path, model):
-    checkpoint = pytest.importorskip("allie_jax.model.checkpoint")
-    checkpoint.save_model(model, tmp_path / "ckpt")
+    from allie_jax.model.checkpoint import save_model
+
+    save_model(model, tmp_path / "ckpt")
     loaded = Allie.load(tmp_path / "ckpt")
     game = Game(moves=["d2d4"], white_elo=1800, black_elo=1700, time_control="180+2")
     a = Allie(model).predict([game])[0]
