@@ -54,5 +54,11 @@ def run_demo(
             output / "eval",
             EvalConfig(systems=("policy",), max_games=eval_games, random_games=20),
         )
+        accuracy = report["move_accuracy"]["policy"]["overall"]
+        think_r = report["think_time"]["pearson_r"]["r"]
+        print(
+            f"      move-matching accuracy {100 * accuracy['value']:.1f}% "
+            f"(n={accuracy['n']}), think-time Pearson r {think_r:.3f}"
+        )
         print(f"      report: {output / 'eval' / 'report.md'}")
     return {"stats": stats, "train": result, "report": report}
