@@ -19,30 +19,12 @@ def sample_pgn() -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def prepared_sample(tmp_path_factory, sample_pgn) -> pathlib.Path:
-    """The bundled games through the real prepare command (train/val/test ArrayRecord shards)."""
-    import subprocess
-    import sys
+    """The bundled games through the real prepare step (train/val/test ArrayRecord shards).
+
+    The command line itself is tested in test_prepare.py; here the library call is enough.
+    """
+    from allie_jax.data.prepare import PrepareConfig, prepare
 
     out = tmp_path_factory.mktemp("prepared")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "launch.prepare_data",
-            "--input",
-            str(sample_pgn),
-            "--output",
-            str(out),
-            "--events",
-            "all",
-            "--val_frac",
-            "0.05",
-            "--test_frac",
-            "0.05",
-        ],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    prepare([str(sample_pgn)], out, PrepareConfig(events="all", val_frac=0.05, test_frac=0.05))
     return out
