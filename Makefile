@@ -26,6 +26,9 @@ bench: venv
 	$(PY) bench/model.py
 	$(PY) bench/train.py
 	$(PY) bench/search.py
+	$(PY) bench/chess_jax.py
+	$(PY) bench/evaluate.py
+	$(PY) bench/match.py
 
 lint: venv
 	.venv/bin/ruff check allie_jax launch tests bench configs
