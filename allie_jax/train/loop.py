@@ -20,6 +20,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from allie_jax.data.pipeline import make_iterator
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.train import sharding as shd
 from allie_jax.train.checkpoints import Checkpointer
@@ -140,8 +141,6 @@ def _global_batch(local: dict[str, np.ndarray], sharding) -> dict[str, jax.Array
 
 
 def _data_iterator(config, split: str, *, local_batch: int, augment: bool, num_epochs=None):
-    from allie_jax.data.pipeline import make_iterator
-
     return make_iterator(
         config.data.data_dir,
         split,
