@@ -22,6 +22,12 @@ flags.DEFINE_string("size", None, "Named size (gpt2: default allie_medium; allie
 flags.DEFINE_string("safetensors", None, "Also export the parameters to this .safetensors file.")
 flags.DEFINE_bool("reinit_embeddings", True, "gpt2: re-initialise wte from its mean/std.")
 flags.DEFINE_integer("seed", 0, "gpt2: seed of the re-initialised embeddings and heads.")
+flags.DEFINE_bool(
+    "allow_unsafe_pickle",
+    False,
+    "allie: if torch's safe loader refuses the .pt file, unpickle it fully. Unpickling can run "
+    "arbitrary code from the file: only for files you trust.",
+)
 flags.mark_flags_as_required(["format", "input", "output"])
 
 
@@ -34,7 +40,9 @@ def main(argv: list[str]) -> None:
                 FLAGS.input, config, reinit_embeddings=FLAGS.reinit_embeddings, seed=FLAGS.seed
             )
         else:
-            model = convert_released_allie(FLAGS.input, size=FLAGS.size)
+            model = convert_released_allie(
+                FLAGS.input, size=FLAGS.size, allow_unsafe_pickle=FLAGS.allow_unsafe_pickle
+            )
     except ConversionError as err:
         raise app.UsageError(str(err)) from None
     out = save_model(model, FLAGS.output)

@@ -9,6 +9,8 @@ directory or a training workdir (its best checkpoint, else the latest).
 
 from __future__ import annotations
 
+import sys
+
 from absl import app, flags
 
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint dir or training workdir.")
@@ -45,6 +47,24 @@ _PLOTS = flags.DEFINE_boolean("plots", True, "Write PNG plots.")
 
 def main(argv):
     del argv
+    from allie_jax.pgn import PGNError
+
+    # Missing or unreadable checkpoint (CheckpointError is a ValueError), missing / junk / empty
+    # PGN (PGNError, OSError, the evaluator's "no usable game" ValueError), bad flag values.
+    user_errors = (ValueError, PGNError, OSError)
+    try:
+        report = _run()
+    except user_errors as err:  # a bad path or input: one line, not a traceback
+        print(f"launch.evaluate: error: {err}", file=sys.stderr)
+        sys.exit(1)
+    acc = report["move_accuracy"]
+    summary = ", ".join(f"{k} {100 * v['overall']['value']:.1f}%" for k, v in acc.items())
+    print(f"move matching: {summary}")
+    print(f"wrote {_OUTPUT.value}/report.json and report.md in {report['meta']['elapsed_s']:.0f} s")
+
+
+def _run() -> dict:
+    """The evaluation itself, from the flags."""
     from allie_jax.eval.evaluate import EvalConfig, evaluate
 
     config = EvalConfig(
@@ -62,11 +82,7 @@ def main(argv):
         seed=_SEED.value,
         plots=_PLOTS.value,
     )
-    report = evaluate(_CHECKPOINT.value, _GAMES.value, _OUTPUT.value, config)
-    acc = report["move_accuracy"]
-    summary = ", ".join(f"{k} {100 * v['overall']['value']:.1f}%" for k, v in acc.items())
-    print(f"move matching: {summary}")
-    print(f"wrote {_OUTPUT.value}/report.json and report.md in {report['meta']['elapsed_s']:.0f} s")
+    return evaluate(_CHECKPOINT.value, _GAMES.value, _OUTPUT.value, config)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import sys
 
 
@@ -19,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--checkpoint DIR is required (or set ALLIE_CHECKPOINT)")
     if not os.path.exists(args.checkpoint):
         parser.error(f"--checkpoint {args.checkpoint!r} does not exist")
+    if os.path.isfile(args.checkpoint):  # e.g. the released best.pt: say how to convert it
+        from allie_jax.model.checkpoint import file_instead_of_directory
+
+        parser.error(file_instead_of_directory(pathlib.Path(args.checkpoint).absolute()))
 
     # stdout carries the protocol only: route library chatter (absl, JAX) to stderr
     import logging

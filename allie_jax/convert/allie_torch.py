@@ -34,8 +34,20 @@ LM_HEAD = "model.model.lm_head.weight"
 CONTROL = "model.control_embeds.weight"
 
 
-def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The ``model`` state dict of a released checkpoint as float32 numpy arrays."""
+def read_torch_checkpoint(
+    path: str | os.PathLike, *, allow_unsafe_pickle: bool = False
+) -> dict[str, np.ndarray]:
+    """The ``model`` state dict of a released checkpoint as float32 numpy arrays.
+
+    A released ``best.pt`` also holds the optimizer state (about two thirds of its 1 GB for the
+    124M shape). The file is memory-mapped (``mmap=True``) so only the model tensors we copy are
+    ever read; files in torch's legacy (non-zip) format cannot be mapped and are read whole.
+
+    Unpickling runs code named in the file, so only torch's restricted loader
+    (``weights_only=True``: tensors, dicts, numbers) is used. A file it refuses is an error, not a
+    silent retry with the full unpickler; ``allow_unsafe_pickle=True`` (``launch.convert
+    --allow_unsafe_pickle``) opts into that for a file the caller trusts.
+    """
     path = pathlib.Path(path)
     if not path.exists():
         raise ConversionError(f"{path}: no such file")
@@ -45,18 +57,34 @@ def read_torch_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray]:
         raise ConversionError(
             f"reading {path} needs PyTorch: pip install 'allie-jax[torch]' (or pip install torch)"
         ) from None
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - old pickles with extra objects
-        try:
-            ckpt = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception:
-            raise ConversionError(f"{path}: not a readable PyTorch checkpoint ({err})") from None
+    ckpt = _torch_load(torch, path, weights_only=not allow_unsafe_pickle)
     state = ckpt.get("model", ckpt) if isinstance(ckpt, Mapping) else None
     if not isinstance(state, Mapping):
         raise ConversionError(f"{path}: expected a dict with a 'model' state dict")
     state = strip_prefix(state, "module.")  # DistributedDataParallel
     return {k: v.detach().float().cpu().numpy() for k, v in state.items() if hasattr(v, "detach")}
+
+
+def _torch_load(torch, path: pathlib.Path, *, weights_only: bool):
+    """``torch.load`` memory-mapped where the format allows, restricted unless told otherwise."""
+    import pickle
+    import zipfile
+
+    mmap = zipfile.is_zipfile(path)  # torch.save's default format since 1.6; legacy files are not
+    try:
+        return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=mmap)
+    except pickle.UnpicklingError as err:
+        if not weights_only:
+            raise ConversionError(f"{path}: not a readable PyTorch checkpoint ({err})") from None
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ConversionError(
+            f"{path}: torch's safe loader (weights_only=True) refused it ({reason}). The file "
+            "holds Python objects besides tensors, and unpickling those can run arbitrary code. "
+            "Only for a file you trust, rerun with --allow_unsafe_pickle "
+            "(read_torch_checkpoint(..., allow_unsafe_pickle=True))."
+        ) from None
+    except Exception as err:  # noqa: BLE001 - torch raises many types for a damaged file
+        raise ConversionError(f"{path}: not a readable PyTorch checkpoint ({err})") from None
 
 
 def infer_config(
@@ -110,9 +138,13 @@ def convert_released_allie(
     *,
     size: str | None = None,
     config: ModelConfig | None = None,
+    allow_unsafe_pickle: bool = False,
     **overrides,
 ) -> AllieModel:
-    """An AllieModel with the released weights; the config is inferred unless given."""
-    state = read_torch_checkpoint(path)
+    """An AllieModel with the released weights; the config is inferred unless given.
+
+    ``allow_unsafe_pickle``: see ``read_torch_checkpoint`` (off: refuse files that need it).
+    """
+    state = read_torch_checkpoint(path, allow_unsafe_pickle=allow_unsafe_pickle)
     config = config or infer_config(state, size, **overrides)
     return model_from_params(config, released_to_params(state, config, source=str(path)))

@@ -337,7 +337,7 @@ def search_accuracy(
     key = jax.random.key(cfg.seed + 1)
     picks, sims = [], []
     size = cfg.search_batch_size
-    with _progress(len(games), f"search:{mode}", cfg.progress, unit="pos") as bar:
+    with _progress(len(games), mode, cfg.progress, unit="pos") as bar:
         for start in range(0, len(games), size):
             batch = list(games[start : start + size])
             n = len(batch)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import zipfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -148,6 +149,33 @@ def _read_config(path: pathlib.Path) -> ModelConfig:
     return config_from_json(data, source=str(file))
 
 
+TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+
+
+def file_instead_of_directory(path: pathlib.Path) -> str:
+    """What to do when a file is given where a model directory or workdir is expected.
+
+    The usual case is a newcomer passing the released Allie ``best.pt``: it must be converted once
+    (it is PyTorch, and may need torch's unpickler), so we name the exact command rather than
+    converting behind their back.
+    """
+    if path.suffix in TORCH_SUFFIXES or zipfile.is_zipfile(path):
+        return (
+            f"{path} is a PyTorch file (the released Allie best.pt?), not an allie-jax checkpoint "
+            "directory. Convert it once: python -m launch.convert --format allie "
+            f"--input {path} --output DIR (needs the [torch] extra), then pass DIR"
+        )
+    if path.suffix == ".safetensors":
+        return (
+            f"{path} is a safetensors file; load it with "
+            "allie_jax.model.checkpoint.load_safetensors, or pass a model directory"
+        )
+    return (
+        f"{path} is a file; expected a model directory (config.json + params/) or a training "
+        "workdir (config.json + checkpoints/)"
+    )
+
+
 def best_or_latest_step(
     manager: ocp.CheckpointManager, best_metric: str = "val_loss", best_mode: str = "min"
 ) -> int | None:
@@ -211,6 +239,8 @@ def load_model(
     path = pathlib.Path(path).absolute()
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint")
+    if path.is_file():
+        raise CheckpointError(file_instead_of_directory(path))
     config = _read_config(path)
     if config_overrides:
         config = ModelConfig.from_dict({**config.to_dict(), **config_overrides})
