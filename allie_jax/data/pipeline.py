@@ -124,20 +124,36 @@ def make_iterator(
     shard_count: int = 1,
     augment: bool = True,
     num_epochs: int | None = None,
+    worker_count: int = 0,
+    worker_buffer_size: int = 1,
     **kwargs,
 ):
-    """An iterator of dict batches with ``get_state()`` / ``set_state()`` (docs/INTERFACES.md)."""
-    return iter(
-        make_dataset(
-            data_dir,
-            split,
-            batch_size=batch_size,
-            seq_len=seq_len,
-            seed=seed,
-            shard_index=shard_index,
-            shard_count=shard_count,
-            augment=augment,
-            num_epochs=num_epochs,
-            **kwargs,
-        )
+    """An iterator of dict batches with ``get_state()`` / ``set_state()`` (docs/INTERFACES.md).
+
+    ``worker_count > 0`` runs the pipeline in that many grain worker processes (each on a slice
+    of the records, ``worker_buffer_size`` batches ahead). Deterministic and resumable for a given
+    worker count, but packing happens per worker, so a different count gives different batches.
+    """
+    ds = make_dataset(
+        data_dir,
+        split,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        seed=seed,
+        shard_index=shard_index,
+        shard_count=shard_count,
+        augment=augment,
+        num_epochs=num_epochs,
+        **kwargs,
     )
+    if worker_count > 0:
+        from absl import flags
+
+        if not flags.FLAGS.is_parsed():  # grain's workers read absl flags (outside an absl app)
+            flags.FLAGS.mark_as_parsed()
+        ds = ds.mp_prefetch(
+            grain.MultiprocessingOptions(
+                num_workers=int(worker_count), per_worker_buffer_size=int(worker_buffer_size)
+            )
+        )
+    return iter(ds)
