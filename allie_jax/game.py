@@ -7,6 +7,24 @@ layout of SPEC §1 lives in exactly one place:
 
 Position t predicts token t+1 (policy), the think time of that move, and the game result from
 White's view. When the Elos are replaced by one ``<BOS>`` (augmentation) the header is two tokens.
+
+Against the released code (y0mingzhang/allie, ``src/modeling/data.py``) the targets are identical
+at every move position (the check that opened issue 10: 515 real games, packed or not), with two
+deliberate differences, both kept:
+
+1. Header positions before the time-control token carry no policy or value label here. The
+   released collate labels every non-pad position: the last Elo slot (or ``<BOS>``) learns to
+   predict the time-control token, and the Elo slots get the game result as value label. We label
+   from the time-control position on (``h - 1``), because the header is given, not played: the
+   engine never asks for a prediction at an Elo slot, predicting the time control teaches the
+   data set's mix of controls (and, through the 5% augmentation, to predict ``<UNK>``, a label
+   about our augmentation rather than the game), and a value read off two ratings before the
+   time control is never used. The loss on the labels we share equals the released loss to 1e-6.
+2. Think times keep the clock's resolution here: chess.com clocks carry tenths of a second
+   (``[%clk 0:02:58.6]``) and so do our ``time_targets``; the released pipeline stored whole
+   seconds. Lichess clocks are whole seconds, so Lichess targets are identical. The time head
+   regresses seconds, and a tenth is real signal for bullet-fast moves; only the released flat
+   file format (``data.flat_uint32``) rounds, because its 16-bit field holds whole seconds.
 """
 
 from __future__ import annotations
