@@ -41,8 +41,23 @@ _CALIBRATION_PGN = flags.DEFINE_string(
 _CALIBRATION_SYSTEMS = flags.DEFINE_list(
     "calibration_systems", [], "System names (PGN White/Black) to calibrate."
 )
+_SYSTEM_OPTIONS = flags.DEFINE_list(
+    "system_options",
+    [],
+    "key=value options for system factories (see allie_jax/eval/systems.py), e.g. maia_dir=PATH.",
+)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the subsamples and random games.")
 _PLOTS = flags.DEFINE_boolean("plots", True, "Write PNG plots.")
+
+
+def _parse_options(items: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise app.UsageError(f"--system_options entry {item!r} is not key=value")
+        out.append((key.strip(), value.strip()))
+    return out
 
 
 def main(argv):
@@ -79,6 +94,7 @@ def _run() -> dict:
         stockfish_nodes=_STOCKFISH_NODES.value,
         calibration_pgn=_CALIBRATION_PGN.value,
         calibration_systems=tuple(_CALIBRATION_SYSTEMS.value),
+        system_options=tuple(_parse_options(_SYSTEM_OPTIONS.value)),
         seed=_SEED.value,
         plots=_PLOTS.value,
     )

@@ -232,7 +232,7 @@ def test_launch_evaluate_command(checkpoint, sample_pgn, tmp_path):
 
 def test_evaluate_rejects_bad_systems():
     with pytest.raises(ValueError, match="systems"):
-        ev.EvalConfig(systems=("policy", "maia"))
+        ev.EvalConfig(systems=("policy", "nonesuch"))
 
 
 @pytest.mark.slow

@@ -34,7 +34,6 @@ from allie_jax.eval.scoring import CausalScorer, PositionOutputs
 from allie_jax.game import Game
 
 SYSTEMS = ("policy", "greedy", "search", "adaptive")
-SEARCH_SYSTEMS = ("search", "adaptive")
 THINK_TIME_EDGES = (0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 45, 60)
 
 
@@ -54,14 +53,16 @@ class EvalConfig:
     stockfish_nodes: int = 20_000
     calibration_pgn: str | None = None  # games played by systems (the match tool's PGN) ...
     calibration_systems: tuple[str, ...] = ()  # ... and the system names in its headers
+    system_options: tuple[tuple[str, str], ...] = ()  # key=value pairs for system factories
+    top_k: int = 5  # moves kept per position and system in the records
     seed: int = 0
     progress: bool = True
     plots: bool = True
 
     def __post_init__(self) -> None:
-        unknown = [s for s in self.systems if s not in SYSTEMS]
-        if unknown or not self.systems:
-            raise ValueError(f"systems={list(self.systems)}: each must be one of {list(SYSTEMS)}")
+        from allie_jax.eval.systems import check_names
+
+        check_names(self.systems)
         for name in ("max_games", "batch_size", "search_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
@@ -312,49 +313,6 @@ def stockfish_block(
     }
 
 
-def _prefix_game(game: Game, ply: int) -> Game:
-    """The game as it stood before move ``ply``: what a player (or the searcher) sees."""
-    cut = lambda xs: None if xs is None else list(xs[:ply])  # noqa: E731
-    return dataclasses.replace(
-        game,
-        moves=list(game.moves[:ply]),
-        result=None,
-        termination="Unterminated",
-        think_times=cut(game.think_times),
-        clocks=cut(game.clocks),
-    )
-
-
-def search_accuracy(
-    model, mode: str, games: Sequence[Game], cfg: EvalConfig
-) -> tuple[np.ndarray, dict]:
-    """Top move (argmax of the final search policy) of one search preset at each given game."""
-    import jax
-
-    from allie_jax.search import SearchConfig, Searcher
-
-    searcher = Searcher(model, SearchConfig.preset(mode))
-    key = jax.random.key(cfg.seed + 1)
-    picks, sims = [], []
-    size = cfg.search_batch_size
-    with _progress(len(games), mode, cfg.progress, unit="pos") as bar:
-        for start in range(0, len(games), size):
-            batch = list(games[start : start + size])
-            n = len(batch)
-            if start > 0:  # keep one batch shape: a smaller last batch would compile again
-                batch += [batch[-1]] * (size - n)
-            key, sub = jax.random.split(key)
-            out = searcher.run(batch, sub)
-            picks.append(np.asarray(out.policy)[:n].argmax(axis=1))
-            sims.append(np.asarray(out.num_sims)[:n])
-            bar.update(n)
-    sims_a = np.concatenate(sims) if sims else np.zeros(0)
-    return (
-        np.concatenate(picks) if picks else np.zeros(0, int),
-        {"mean_sims": float(sims_a.mean()) if sims_a.size else math.nan},
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # The entry point
 
@@ -427,41 +385,43 @@ def evaluate(
             **accuracy_block(policy_correct, acc.mover_elo, acc.special),
             "subsample": False,
         }
-    if "greedy" in cfg.systems:
-        from allie_jax.search.config import SearchConfig
+    from allie_jax.eval.systems import Positions, SystemContext, make_systems
 
-        greedy_elo = SearchConfig().greedy_elo
-        t = time.perf_counter()
-        greedy = _score_all(scorer, games, gps, desc="greedy", cfg=cfg, elo_override=greedy_elo)
-        timings["greedy_pass_s"] = time.perf_counter() - t
-        correct = (
-            np.array([greedy[g].pred[i] for g, i in zip(acc.game, acc.ply, strict=True)], np.int32)
-            == acc.human
-        )
-        report["move_accuracy"]["greedy"] = {
-            **accuracy_block(correct, acc.mover_elo, acc.special),
-            "subsample": False,
-            "elo": greedy_elo,
-        }
-    search_systems = [s for s in cfg.systems if s in SEARCH_SYSTEMS]
-    if search_systems and cfg.search_positions > 0 and acc.game.size:
+    others = [s for s in cfg.systems if s != "policy"]
+    systems = make_systems(
+        others, SystemContext(model=model, config=cfg, options=dict(cfg.system_options))
+    )
+    everywhere = Positions(games, gps, acc.game, acc.ply, seed=cfg.seed)
+    sub = np.zeros(0, int)
+    if any(s.subsample for s in systems) and cfg.search_positions > 0 and acc.game.size:
         rng = np.random.default_rng(cfg.seed)
         sub = np.sort(
             rng.choice(acc.game.size, size=min(cfg.search_positions, acc.game.size), replace=False)
         )
-        prefixes = [_prefix_game(games[acc.game[p]], int(acc.ply[p])) for p in sub]
-        special = {k: v[sub] for k, v in acc.special.items()}
-        for mode in search_systems:
-            t = time.perf_counter()
-            picks, extra = search_accuracy(model, mode, prefixes, cfg)
-            timings[f"{mode}_s"] = time.perf_counter() - t
-            correct = picks == acc.human[sub]
-            report["move_accuracy"][mode] = {
-                **accuracy_block(correct, acc.mover_elo[sub], special),
-                "subsample": True,
-                "policy_same_positions": metrics.rate(policy_correct[sub]),
-                **extra,
-            }
+    for system in systems:
+        rows = sub if system.subsample else np.arange(acc.game.size)
+        if system.subsample and not rows.size:
+            continue
+        t = time.perf_counter()
+        with _progress(rows.size, system.name, cfg.progress, unit="pos") as bar:
+            system.on_batch = bar.update if hasattr(system, "on_batch") else None
+            scores = system.score(
+                Positions(games, gps, everywhere.game[rows], everywhere.ply[rows], seed=cfg.seed)
+            )
+        key = f"{system.name}_s" if system.subsample else f"{system.name}_pass_s"
+        timings[key] = time.perf_counter() - t
+        correct = scores.top1 == acc.human[rows]
+        block = {
+            **accuracy_block(
+                correct, acc.mover_elo[rows], {k: v[rows] for k, v in acc.special.items()}
+            ),
+            "subsample": bool(system.subsample),
+            **dict(system.info),
+        }
+        if system.subsample:
+            block["policy_same_positions"] = metrics.rate(policy_correct[rows])
+            block["mean_sims"] = float(scores.num_sims.mean()) if rows.size else math.nan
+        report["move_accuracy"][system.name] = block
 
     report["legal"] = {"human": legal_block(results, gps, cfg.seed)}
     if cfg.random_games:

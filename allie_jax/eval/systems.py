@@ -1,0 +1,398 @@
+"""The per-system seam of the evaluator: what a system is asked, what it answers, how it is named.
+
+A *system* is anything that predicts the human's move at a position: the Allie policy, a search
+preset, Maia, a board transformer. The evaluator hands it a ``Positions`` (a chunk of games and the
+(game, ply) pairs to score) and gets back ``Scores``: one row per position with the fields the
+per-position records keep (``allie_jax.eval.records``). Everything the report says about a system
+is computed from those rows, so a new system needs only a ``score`` method and a registry entry.
+
+Names on ``--systems`` resolve through the registry: an exact name first, else the longest
+registered prefix (``maia`` serves ``maia-1500``). ``BUILTIN`` maps names to ``"module:factory"``
+strings imported on first use, so a system's dependencies load only when it is asked for; tests and
+plug-ins may also call ``register``. A factory is called as ``factory(name, context)``.
+
+Usage::
+
+    from allie_jax.eval.systems import SystemContext, make_systems
+    systems = make_systems(["policy", "adaptive"], SystemContext(model=model))
+    scores = systems[0].score(positions)  # Scores with one row per (game, ply) asked
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from allie_jax import vocab
+from allie_jax.eval.positions import GamePositions
+from allie_jax.game import Game
+
+TOP_K = 5  # moves kept per position in the records
+
+# ------------------------------------------------------------------------------------------------
+# What a system is asked
+
+
+@dataclasses.dataclass
+class Positions:
+    """Positions to score: ``(game[p], ply[p])`` for p < P, over the games of one chunk.
+
+    Ply i is the board before move i; ply ``num_moves`` is the final board (no human move).
+    ``gps[g]`` carries the rules facts of ``games[g]`` (legal moves, the human's move ids).
+    """
+
+    games: Sequence[Game]
+    gps: Sequence[GamePositions]
+    game: np.ndarray  # int64 [P] index into games
+    ply: np.ndarray  # int64 [P]
+    seed: int = 0  # for stochastic systems; combine with ``key()`` so rows stay reproducible
+
+    def __len__(self) -> int:
+        return int(self.game.size)
+
+    def human_move(self) -> np.ndarray:
+        """int32 [P]: the human's move id at each position (−1 at a final board)."""
+        out = np.full(len(self), -1, np.int32)
+        for p, (g, i) in enumerate(zip(self.game, self.ply, strict=True)):
+            if i < self.gps[g].num_moves:
+                out[p] = self.gps[g].move_ids[i]
+        return out
+
+    def prefix(self, p: int) -> Game:
+        """Position p as a game in progress (moves before the ply, no result): what a player sees."""
+        game = self.games[int(self.game[p])]
+        ply = int(self.ply[p])
+        cut = lambda xs: None if xs is None else list(xs[:ply])  # noqa: E731
+        return dataclasses.replace(
+            game,
+            moves=list(game.moves[:ply]),
+            result=None,
+            termination="Unterminated",
+            think_times=cut(game.think_times),
+            clocks=cut(game.clocks),
+        )
+
+    def legal_ids(self, p: int) -> np.ndarray:
+        return self.gps[int(self.game[p])].legal_ids[int(self.ply[p])]
+
+
+# ------------------------------------------------------------------------------------------------
+# What a system answers
+
+
+@dataclasses.dataclass
+class Scores:
+    """One row per asked position. Fields a system does not produce stay at their empty value
+    (NaN, −1, False); rows with ``scored`` False (e.g. beyond a model's context) are written as
+    nulls. Probabilities are the system's own: the full softmax for a model policy (so its legal
+    top-k may sum below 1), the final search policy for a search."""
+
+    scored: np.ndarray  # bool [P]
+    top_moves: np.ndarray  # int32 [P, k] legal move ids, most probable first, −1 padding
+    top_probs: np.ndarray  # float32 [P, k]
+    p_human: np.ndarray  # float32 [P] probability of the human's move (NaN at a final board)
+    think_time: np.ndarray  # float32 [P] predicted seconds for the move
+    value: np.ndarray  # float32 [P] expected outcome, White's view, in [−1, 1]
+    top_legal: np.ndarray  # bool [P] the most probable move *token* is a legal move
+    invalid_mass: np.ndarray  # float32 [P] probability on illegal move tokens
+    num_sims: np.ndarray  # int32 [P] simulations run (0 without search)
+    resign: np.ndarray  # bool [P] the system would resign here
+
+    @classmethod
+    def empty(cls, num: int, k: int = TOP_K) -> Scores:
+        nan = np.full(num, np.nan, np.float32)
+        return cls(
+            scored=np.zeros(num, bool),
+            top_moves=np.full((num, k), -1, np.int32),
+            top_probs=np.zeros((num, k), np.float32),
+            p_human=nan.copy(),
+            think_time=nan.copy(),
+            value=nan.copy(),
+            top_legal=np.zeros(num, bool),
+            invalid_mass=nan.copy(),
+            num_sims=np.zeros(num, np.int32),
+            resign=np.zeros(num, bool),
+        )
+
+    def __len__(self) -> int:
+        return int(self.scored.size)
+
+    @property
+    def top1(self) -> np.ndarray:
+        """int32 [P]: the system's move (−1 where none): what move matching compares."""
+        return self.top_moves[:, 0]
+
+    def set_from_distribution(
+        self, p: int, probs: np.ndarray, legal: np.ndarray, human: int, *, all_tokens: bool
+    ) -> None:
+        """Fill row p from a probability vector over the 1,968 moves (or the full vocabulary).
+
+        ``all_tokens``: ``probs`` is the model's whole distribution, so legality flags are
+        measured; otherwise it already lives on legal moves (a search policy) and they hold.
+        """
+        moves = np.asarray(probs[: vocab.NUM_MOVES], np.float64)
+        k = self.top_moves.shape[1]
+        if legal.size:
+            order = legal[np.argsort(-moves[legal], kind="stable")][:k]
+            self.top_moves[p, : order.size] = order
+            self.top_probs[p, : order.size] = moves[order]
+        self.p_human[p] = moves[human] if human >= 0 else np.nan
+        if all_tokens:
+            mask = np.zeros(vocab.NUM_MOVES, bool)
+            mask[legal] = True
+            self.top_legal[p] = bool(mask[int(moves.argmax())]) if legal.size else False
+            self.invalid_mass[p] = float(moves[~mask].sum())
+        else:
+            self.top_legal[p] = bool(legal.size)
+            self.invalid_mass[p] = 0.0
+        self.scored[p] = True
+
+
+@runtime_checkable
+class System(Protocol):
+    """A move predictor under evaluation.
+
+    ``subsample``: True for expensive systems (search) that score only the protocol's search
+    positions (``--search_positions``); False for systems that score every position.
+    ``info``: JSON-able facts the report shows next to the system (e.g. ``{"elo": 2500}``).
+    """
+
+    name: str
+    subsample: bool
+    info: Mapping[str, Any]
+
+    def score(self, positions: Positions) -> Scores: ...
+
+
+# ------------------------------------------------------------------------------------------------
+# Built-in systems
+
+
+class PolicySystem:
+    """The Allie policy (``policy``), or ``greedy`` (both header Elos at ``greedy_elo``): one causal
+    pass per game gives every position at once (``allie_jax.eval.scoring``)."""
+
+    subsample = False
+
+    def __init__(
+        self,
+        model,
+        *,
+        name: str = "policy",
+        elo_override: int | None = None,
+        batch_size: int = 16,
+        resign_value: float = -0.9,
+        top_k: int = TOP_K,
+    ):
+        from allie_jax.eval.scoring import CausalScorer
+
+        self.name = name
+        self.elo_override = elo_override
+        self.resign_value = resign_value
+        self.top_k = top_k
+        self.info = {} if elo_override is None else {"elo": elo_override}
+        self.scorer = CausalScorer(model, batch_size=batch_size)
+        self.on_batch: Callable[[int], None] | None = None
+
+    def score(self, positions: Positions) -> Scores:
+        from allie_jax.eval import metrics
+
+        out = Scores.empty(len(positions), self.top_k)
+        human = positions.human_move()
+        by_game: dict[int, list[int]] = {}
+        for p, g in enumerate(positions.game):
+            by_game.setdefault(int(g), []).append(p)
+        games = [positions.games[g] for g in by_game]
+        keys = list(by_game)
+        for j, res in self.scorer.score(
+            games, elo_override=self.elo_override, on_batch=self.on_batch
+        ):
+            g = keys[j]
+            gp = positions.gps[g]
+            k = len(res.value_white)
+            for p in by_game[g]:
+                i = int(positions.ply[p])
+                if i >= k:
+                    continue  # beyond the model's context
+                legal = gp.legal_ids[i]
+                logp = res.log_probs[i]
+                out.set_from_distribution(p, np.exp(logp), legal, int(human[p]), all_tokens=True)
+                out.value[p] = res.value_white[i]
+                out.think_time[p] = res.time_s[i]
+                white = bool(gp.white_to_move[i])
+                v_mover = res.value_white[i] if white else -res.value_white[i]
+                best_legal = logp[legal].max() if legal.size else -math.inf
+                out.resign[p] = bool(
+                    legal.size
+                    and metrics.resign_decisions(
+                        logp[vocab.TERMINATION],
+                        best_legal,
+                        v_mover,
+                        value_threshold=self.resign_value,
+                    )
+                )
+        return out
+
+
+class SearchSystem:
+    """A ``Searcher`` preset (``search``, ``adaptive``; others register their own modes): the final
+    search policy at each asked position, positions batched across games.
+
+    The searcher's KV cache is cleared per call, so a chunk's numbers do not depend on what was
+    scored before it (a resumed job writes the same bytes)."""
+
+    subsample = True
+
+    def __init__(
+        self, model, mode: str, *, batch_size: int = 64, seed: int = 0, top_k: int = TOP_K
+    ):
+        from allie_jax.search import SearchConfig, Searcher
+
+        self.name = mode
+        self.searcher = Searcher(model, SearchConfig.preset(mode))
+        self.batch_size = batch_size
+        self.seed = seed
+        self.top_k = top_k
+        self.info: dict[str, Any] = {}
+        self.on_batch: Callable[[int], None] | None = None
+
+    def score(self, positions: Positions) -> Scores:
+        import jax
+
+        out = Scores.empty(len(positions), self.top_k)
+        human = positions.human_move()
+        self.searcher.forget()
+        key = jax.random.fold_in(jax.random.key(self.seed + 1), positions.seed)
+        size = self.batch_size
+        for start in range(0, len(positions), size):
+            idx = list(range(start, min(start + size, len(positions))))
+            batch = [positions.prefix(p) for p in idx]
+            n = len(batch)
+            if n < size and start > 0:  # one batch shape: a smaller last batch would compile again
+                batch += [batch[-1]] * (size - n)
+            res = self.searcher.run(batch, jax.random.fold_in(key, start))
+            for b, p in enumerate(idx):
+                legal = positions.legal_ids(p)
+                out.set_from_distribution(p, res.policy[b], legal, int(human[p]), all_tokens=False)
+                out.value[p] = res.value_white[b]
+                out.think_time[p] = res.think_time_s[b]
+                out.num_sims[p] = res.num_sims[b]
+                out.resign[p] = res.resign[b]
+            if self.on_batch is not None:
+                self.on_batch(n)
+        return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The registry
+
+
+@dataclasses.dataclass
+class SystemContext:
+    """What a factory may use: the Allie model (loaded on first use), the evaluation config, and
+    free-form ``options`` from ``--system_options key=value,...`` (e.g. a Maia weights dir)."""
+
+    model: Any = None
+    config: Any = None  # EvalConfig
+    options: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    load_model: Callable[[], Any] | None = None
+
+    def allie(self):
+        """The Allie model, loading it on first use (systems that do not need it never pay)."""
+        if self.model is None:
+            if self.load_model is None:
+                raise ValueError("this system needs an Allie checkpoint (--checkpoint)")
+            self.model = self.load_model()
+        return self.model
+
+    def get(self, name: str, default: Any) -> Any:
+        return getattr(self.config, name, default) if self.config is not None else default
+
+
+def _policy(name: str, ctx: SystemContext) -> System:
+    return PolicySystem(
+        ctx.allie(),
+        name=name,
+        batch_size=ctx.get("batch_size", 16),
+        resign_value=ctx.get("resign_value", -0.9),
+        top_k=ctx.get("top_k", TOP_K),
+    )
+
+
+def _greedy(name: str, ctx: SystemContext) -> System:
+    from allie_jax.search.config import SearchConfig
+
+    return PolicySystem(
+        ctx.allie(),
+        name=name,
+        elo_override=SearchConfig().greedy_elo,
+        batch_size=ctx.get("batch_size", 16),
+        resign_value=ctx.get("resign_value", -0.9),
+        top_k=ctx.get("top_k", TOP_K),
+    )
+
+
+def _search(name: str, ctx: SystemContext) -> System:
+    return SearchSystem(
+        ctx.allie(),
+        name,
+        batch_size=ctx.get("search_batch_size", 64),
+        seed=ctx.get("seed", 0),
+        top_k=ctx.get("top_k", TOP_K),
+    )
+
+
+Factory = Callable[[str, SystemContext], System]
+
+# name or prefix -> factory, or "module:function" imported on first use (add yours here).
+BUILTIN: dict[str, Factory | str] = {
+    "policy": _policy,
+    "greedy": _greedy,
+    "search": _search,
+    "adaptive": _search,
+}
+_REGISTRY: dict[str, Factory | str] = dict(BUILTIN)
+
+
+def register(name: str, factory: Factory | str) -> None:
+    """Make ``name`` (and names starting with it) resolve to ``factory``."""
+    _REGISTRY[name] = factory
+
+
+def registered() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def resolve(name: str) -> Factory:
+    """The factory serving ``name``: an exact entry, else the longest registered prefix."""
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        prefixes = [p for p in _REGISTRY if name.startswith(p)]
+        if not prefixes:
+            raise ValueError(f"unknown system {name!r}: known systems are {registered()}")
+        entry = _REGISTRY[max(prefixes, key=len)]
+    if isinstance(entry, str):
+        module, _, attr = entry.partition(":")
+        entry = getattr(importlib.import_module(module), attr)
+    return entry
+
+
+def check_names(names: Sequence[str]) -> None:
+    """Raise ValueError naming the first unknown system (without importing any)."""
+    if not names:
+        raise ValueError("no system to evaluate (--systems is empty)")
+    for name in names:
+        if name not in _REGISTRY and not any(name.startswith(p) for p in _REGISTRY):
+            raise ValueError(f"unknown system {name!r}: known systems are {registered()}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"systems {list(names)} name one system twice")
+
+
+def make_systems(names: Sequence[str], context: SystemContext) -> list[System]:
+    check_names(names)
+    return [resolve(n)(n, context) for n in names]
