@@ -22,6 +22,7 @@ import collections
 import dataclasses
 import hashlib
 import io
+import itertools
 import os
 import re
 import sys
@@ -96,41 +97,168 @@ class GameRejected(ValueError):
 # Opening inputs
 
 
-def open_text(source: str | os.PathLike | IO[str]) -> IO[str]:
-    """A text stream for a path (.pgn, .pgn.zst, .pgn.bz2), "-" (stdin) or an open text stream."""
+class InputStatus:
+    """What reading one input found beyond its games: a compressed stream cut short."""
+
+    __slots__ = ("name", "truncated", "bytes_read")
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self.truncated = False  # the compressed stream ended inside a frame / stream
+        self.bytes_read = 0  # decompressed bytes delivered
+
+
+def _open_binary(path: str) -> IO[bytes]:
+    """A binary stream for a local or remote (etils.epath) path; PGNError when it cannot open."""
+    from etils import epath
+
+    try:
+        if "://" in path:
+            return epath.Path(path).open("rb")
+        return open(path, "rb")  # noqa: SIM115 - returned to the caller
+    except (OSError, ValueError) as e:
+        raise PGNError(
+            f"cannot open PGN input {path!r}: {getattr(e, 'strerror', None) or e}"
+        ) from e
+
+
+def iter_bytes(
+    source: str | os.PathLike, status: InputStatus | None = None, block_size: int = 1 << 20
+) -> Iterator[bytes]:
+    """Decompressed bytes of a .pgn / .pgn.zst / .pgn.bz2 path (local or remote), block by block.
+
+    A compressed stream that ends inside a frame (a cut download) is not an error here: every
+    byte before the cut comes out, ``status.truncated`` is set and a warning names the input;
+    the game it cut is then counted as ``truncated`` by the parser. An input that is not the
+    compression its name says, or not readable at all, raises ``PGNError`` naming it.
+    """
+    path = os.fspath(source)
+    status = status if status is not None else InputStatus(path)
+    raw = _open_binary(path)
+    try:
+        if path.endswith(".zst"):
+            blocks = _zstd_blocks(raw, path, status, block_size)
+        elif path.endswith(".bz2"):
+            blocks = _bz2_blocks(raw, path, status, block_size)
+        else:
+            blocks = iter(lambda: raw.read(block_size), b"")
+        for block in blocks:
+            status.bytes_read += len(block)
+            yield block
+    except OSError as e:
+        raise PGNError(f"cannot read PGN input {path!r}: {e}") from e
+    finally:
+        raw.close()
+    if status.truncated:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "%s: the compressed stream is cut short after %d bytes (truncated download?); "
+            "the games before the cut are read, the cut game is counted as 'truncated'",
+            path,
+            status.bytes_read,
+        )
+
+
+def _zstd_blocks(raw: IO[bytes], path: str, status: InputStatus, size: int) -> Iterator[bytes]:
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor()
+    d = dctx.decompressobj()
+    in_frame = False
+    while data := raw.read(size):
+        while data:
+            try:
+                out = d.decompress(data)
+            except zstandard.ZstdError as e:
+                raise PGNError(f"cannot read PGN input {path!r}: not valid zstd data ({e})") from e
+            in_frame = True
+            if out:
+                yield out
+            if d.eof:  # a frame ended; the next one (concatenated frames) starts fresh
+                data = d.unused_data
+                d = dctx.decompressobj()
+                in_frame = False
+            else:
+                data = b""
+    status.truncated = in_frame
+
+
+def _bz2_blocks(raw: IO[bytes], path: str, status: InputStatus, size: int) -> Iterator[bytes]:
+    d = bz2.BZ2Decompressor()
+    in_stream = False
+    while data := raw.read(size):
+        while data:
+            try:
+                out = d.decompress(data)
+            except OSError as e:
+                raise PGNError(f"cannot read PGN input {path!r}: not valid bz2 data ({e})") from e
+            in_stream = True
+            if out:
+                yield out
+            if d.eof:
+                data = d.unused_data
+                d = bz2.BZ2Decompressor()
+                in_stream = False
+            else:
+                data = b""
+    status.truncated = in_stream
+
+
+class _BlockReader(io.RawIOBase):
+    """A raw binary stream over an iterator of byte blocks (for TextIOWrapper)."""
+
+    def __init__(self, blocks: Iterator[bytes]):
+        self._blocks = blocks
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._pending:
+            block = next(self._blocks, None)
+            if block is None:
+                return 0
+            self._pending = block
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+
+def text_from_bytes(blocks: Iterable[bytes]) -> IO[str]:
+    """Text (UTF-8, bad bytes replaced, universal newlines) over byte blocks."""
+    raw = _BlockReader(iter(blocks))
+    return io.TextIOWrapper(io.BufferedReader(raw, 1 << 20), encoding="utf-8", errors="replace")
+
+
+def open_text(source: str | os.PathLike | IO[str], status: InputStatus | None = None) -> IO[str]:
+    """A text stream for a path (.pgn, .pgn.zst, .pgn.bz2; local or remote), "-" (stdin) or an
+    open text stream."""
     if isinstance(source, io.TextIOBase) or hasattr(source, "readline"):
         return source  # type: ignore[return-value]
     if str(source) == "-":
         return sys.stdin
     path = os.fspath(source)
+    blocks = iter_bytes(path, status)
     try:
-        raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, closed by the wrapper
-    except OSError as e:
-        raise PGNError(f"cannot open PGN input {path!r}: {e.strerror or e}") from e
-    if path.endswith(".zst"):
-        import zstandard
-
-        binary: IO[bytes] = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
-    elif path.endswith(".bz2"):
-        binary = bz2.BZ2File(raw)
-    else:
-        binary = raw
-    return io.TextIOWrapper(binary, encoding="utf-8", errors="replace", newline=None)
+        first = next(blocks, b"")  # open now, so a missing file fails here, naming it
+    except BaseException:
+        blocks.close()
+        raise
+    return text_from_bytes(itertools.chain([first], blocks))
 
 
-def _lines(source: str | os.PathLike | IO[str]) -> Iterator[str]:
+def _lines(source: str | os.PathLike | IO[str], status: InputStatus | None = None) -> Iterator[str]:
     name = source if isinstance(source, str | os.PathLike) else getattr(source, "name", "<stream>")
-    stream = open_text(source)
+    stream = open_text(source, status)
     try:
         while True:
             try:
                 line = stream.readline()
-            except (OSError, EOFError, ValueError) as e:  # zstd / bz2 decoding errors
+            except (OSError, EOFError, ValueError) as e:  # decoding errors of a plain stream
                 raise PGNError(f"cannot read PGN input {os.fspath(name)!r}: {e}") from e
-            except Exception as e:  # zstandard raises its own ZstdError (a plain Exception)
-                if type(e).__name__ == "ZstdError":
-                    raise PGNError(f"cannot read PGN input {os.fspath(name)!r}: {e}") from e
-                raise
             if not line:
                 return
             yield line
@@ -536,18 +664,33 @@ def iter_parsed(
     *,
     require_clocks: bool = False,
     stats: ParseStats | None = None,
+    status: InputStatus | None = None,
 ) -> Iterator[ParsedGame]:
     """Like ``read_games`` but keeps the headers (prepare's filters read Event and titles)."""
     stats = stats if stats is not None else ParseStats()
-    for raw in split_games(_lines(source)):
-        stats.games_read += 1
-        try:
-            parsed = parse_game(raw, require_clocks=require_clocks)
-        except GameRejected as e:
-            stats.drop(e.reason)
-            continue
-        stats.games_ok += 1
-        yield parsed
+    status = status if status is not None else InputStatus(str(source))
+    previous: RawGame | None = None
+    for raw in split_games(_lines(source, status)):
+        if previous is not None:
+            yield from _parse_counted(previous, require_clocks, stats)
+        previous = raw
+    if previous is not None:
+        if status.truncated:  # the stream was cut: its last game is incomplete, whatever it says
+            stats.games_read += 1
+            stats.drop("truncated")
+        else:
+            yield from _parse_counted(previous, require_clocks, stats)
+
+
+def _parse_counted(raw: RawGame, require_clocks: bool, stats: ParseStats) -> Iterator[ParsedGame]:
+    stats.games_read += 1
+    try:
+        parsed = parse_game(raw, require_clocks=require_clocks)
+    except GameRejected as e:
+        stats.drop(e.reason)
+        return
+    stats.games_ok += 1
+    yield parsed
 
 
 def read_games(

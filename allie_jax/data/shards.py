@@ -16,6 +16,8 @@ from collections.abc import Mapping
 
 from array_record.python import array_record_module
 
+from allie_jax.data import paths
+
 SPLITS = ("train", "val", "test")
 ELO_BIN = 100  # SPEC §3: 100-Elo bins
 
@@ -26,9 +28,14 @@ def _unit_hash(*parts: object) -> float:
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") / 2.0**64
 
 
+def split_hash(game_id: str, *, seed: int = 0) -> float:
+    """The game's place on the split line in [0, 1): test below test_frac, then val, then train."""
+    return _unit_hash("split", seed, game_id)
+
+
 def assign_split(game_id: str, *, seed: int = 0, val_frac: float = 1e-4, test_frac: float = 2e-4):
     """'train' / 'val' / 'test' from a hash of (seed, game id)."""
-    u = _unit_hash("split", seed, game_id)
+    u = split_hash(game_id, seed=seed)
     if u < test_frac:
         return "test"
     if u < test_frac + val_frac:
@@ -72,7 +79,7 @@ class EloBalance:
         """A JSON file with {"keep_prob": {bin: p}} or a histogram {"counts": {bin: n}} (or a
         prepare stats.json, whose "elo_histogram" is used as the counts)."""
         try:
-            data = json.loads(pathlib.Path(path).read_text())
+            data = json.loads(paths.as_path(path).read_text())
         except (OSError, ValueError) as e:
             raise ValueError(f"cannot read Elo balance file {os.fspath(path)!r}: {e}") from e
         if "keep_prob" in data:
@@ -97,12 +104,24 @@ class EloBalance:
 
 
 class ShardWriter:
-    """Writes records of one split into ``dir/split/split-00000.array_record`` and onwards."""
+    """Writes records of one split into ``dir/split/NAME-00000.array_record`` and onwards.
 
-    def __init__(self, out_dir: str | os.PathLike, split: str, records_per_shard: int = 100_000):
+    ``out_dir`` is local (ArrayRecord's writer only does local files; ``prepare`` stages remote
+    outputs). ``name`` defaults to the split.
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        split: str,
+        records_per_shard: int = 100_000,
+        *,
+        name: str | None = None,
+    ):
         self.dir = pathlib.Path(out_dir) / split
         self.dir.mkdir(parents=True, exist_ok=True)
         self.split = split
+        self.name = name or split
         self.records_per_shard = records_per_shard
         self.paths: list[pathlib.Path] = []
         self._writer = None
@@ -116,7 +135,7 @@ class ShardWriter:
 
     def _roll(self) -> None:
         self._close_current()
-        path = self.dir / f"{self.split}-{len(self.paths):05d}.array_record"
+        path = self.dir / f"{self.name}-{len(self.paths):05d}.array_record"
         # group_size:1 makes every record individually addressable (grain reads at random).
         self._writer = array_record_module.ArrayRecordWriter(str(path), "group_size:1")
         self.paths.append(path)
@@ -138,18 +157,34 @@ class ShardWriter:
 
 
 def shard_paths(data_dir: str | os.PathLike, split: str) -> list[str]:
-    """The shard files of a split, in order; a clear error when there are none."""
-    paths = sorted((pathlib.Path(data_dir) / split).glob("*.array_record"))
-    if not paths:
+    """The shard files of a split, in order, as local paths; a clear error when there are none.
+
+    ``data_dir`` may be remote (etils.epath: ``gs://...``): ArrayRecord's reader only does local
+    files, so remote shards are copied once into the cache (``paths.local_copy``; for a large
+    data set, mount the bucket instead, e.g. with gcsfuse, and pass the mount point).
+    """
+    folder = paths.as_path(data_dir) / split
+    found = sorted(os.fspath(p) for p in folder.glob("*.array_record")) if folder.exists() else []
+    if not found:
         raise FileNotFoundError(
-            f"no *.array_record files in {pathlib.Path(data_dir) / split} "
+            f"no *.array_record files in {os.fspath(folder)} "
             "(run `python -m launch.prepare_data` first)"
         )
-    return [str(p) for p in paths]
+    return [paths.local_copy(p) for p in found]
+
+
+def write_shard(path: str | os.PathLike, recs) -> None:
+    """One shard file holding ``recs`` (local path)."""
+    writer = array_record_module.ArrayRecordWriter(os.fspath(path), "group_size:1")
+    try:
+        for r in recs:
+            writer.write(r)
+    finally:
+        writer.close()
 
 
 def read_records(path: str | os.PathLike) -> list[bytes]:
-    reader = array_record_module.ArrayRecordReader(str(path))
+    reader = array_record_module.ArrayRecordReader(paths.local_copy(path))
     try:
         return reader.read_all()
     finally:
