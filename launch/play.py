@@ -1,0 +1,41 @@
+"""Play Allie in your browser: ``python -m launch.play --checkpoint DIR [--port 8000]``.
+
+Serves a local page (board, colour, the engine's Elo and mode, clocks, the engine's predicted
+think time and value, optional human pacing, PGN download). ``--checkpoint`` is a model directory
+or a training workdir.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags
+
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Model directory or training workdir.")
+_PORT = flags.DEFINE_integer("port", 8000, "Port to serve on (0 picks a free one).")
+_HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind (0.0.0.0 exposes it).")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    from allie_jax.engine.web import load_app, serve
+
+    print(f"loading {_CHECKPOINT.value} ...", flush=True)
+    try:
+        play_app = load_app(_CHECKPOINT.value)
+    except (OSError, ValueError) as err:  # missing / unreadable checkpoint: one line
+        print(f"launch.play: error: {err}", file=sys.stderr)
+        sys.exit(1)
+    try:
+        serve(play_app, _HOST.value, _PORT.value)
+    except OSError as err:  # port in use, address not available
+        print(
+            f"launch.play: error: cannot serve on {_HOST.value}:{_PORT.value}: {err}",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    flags.mark_flags_as_required(["checkpoint"])
+    app.run(main)
