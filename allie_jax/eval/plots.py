@@ -70,6 +70,14 @@ def plot_think_time(report: dict, path: pathlib.Path) -> bool:
     return True
 
 
+def _correlation_ylim(rows: list[dict]) -> tuple[float, float]:
+    """y-limits that show every correlation and its interval, negative ones included."""
+    points = [0.0, 1.0]
+    for r in rows:
+        points += [v for v in [r.get("r"), *(r.get("ci95") or [])] if _finite(v)]
+    return (max(-1.05, min(points) - 0.05), min(1.05, max(points) + 0.05))
+
+
 def plot_value_by_progress(report: dict, path: pathlib.Path) -> bool:
     value = report.get("value", {})
     rows = value.get("by_progress", [])
@@ -89,7 +97,8 @@ def plot_value_by_progress(report: dict, path: pathlib.Path) -> bool:
     ax.set_xlabel("game progress (%)")
     ax.set_ylabel("Pearson r with the outcome")
     ax.set_title("Value vs game outcome")
-    ax.set_ylim(-0.1, 1.0)
+    ax.set_ylim(*_correlation_ylim(rows + sf))
+    ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
