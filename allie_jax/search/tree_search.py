@@ -56,6 +56,10 @@ class NodeEval(NamedTuple):
 ExpandFn = Callable[[Any, chex.Array, chex.Array, chex.Array, chex.Array, chex.Array], NodeEval]
 
 
+# select_fn(rng_key, tree, node_index, depth) -> action, on one game's (unbatched) tree
+SelectFn = Callable[[Any, Tree, chex.Array, chex.Array], chex.Array]
+
+
 class SearchParams(NamedTuple):
     c_base: float
     fpu_mode: str
@@ -63,8 +67,13 @@ class SearchParams(NamedTuple):
     max_path: int
 
 
-def init_tree(root: NodeEval, c_puct: chex.Array, num_nodes: int) -> Tree:
-    """A tree with ``num_nodes`` slots and its root filled in (root visit count 1, as mctx)."""
+def init_tree(
+    root: NodeEval, c_puct: chex.Array, num_nodes: int, extra_data: dict | None = None
+) -> Tree:
+    """A tree with ``num_nodes`` slots and its root filled in (root visit count 1, as mctx).
+
+    ``extra_data`` ([B, ...] arrays) joins ``c_puct`` in ``tree.extra_data`` for the selector.
+    """
     batch = root.value.shape[0]
     embeddings = {
         "payload": root.payload,
@@ -75,7 +84,7 @@ def init_tree(root: NodeEval, c_puct: chex.Array, num_nodes: int) -> Tree:
         mctx.RootFnOutput(prior_logits=root.prior_logits, value=root.value, embedding=embeddings),
         num_nodes - 1,
         root_invalid_actions=jnp.zeros_like(root.prior_logits),
-        extra_data={"c_puct": jnp.asarray(c_puct, jnp.float32)},
+        extra_data={"c_puct": jnp.asarray(c_puct, jnp.float32), **(extra_data or {})},
     )
 
 
@@ -188,16 +197,23 @@ def search(
     *,
     num_nodes: int,
     params: SearchParams,
+    select_fn: SelectFn | None = None,
+    extra_data: dict | None = None,
 ) -> Tree:
     """Run ``budgets[b]`` simulations for game b (≤ num_nodes − 1), all in one loop.
 
     ``num_nodes`` is static (tree storage); the loop bound max(budgets) is dynamic, so
-    different budgets do not recompile.
+    different budgets do not recompile. ``select_fn`` (an mctx action-selection function on the
+    unbatched tree, called at every node with depth 0) defaults to Allie's pUCT; it reads
+    per-game data from ``tree.extra_data`` (``c_puct`` plus ``extra_data``).
     """
     batch = root.value.shape[0]
     brange = jnp.arange(batch)
     budgets = jnp.minimum(jnp.asarray(budgets, jnp.int32), num_nodes - 1)
-    select_fn = make_puct_selection(c_base=params.c_base, fpu_mode=params.fpu_mode, fpu=params.fpu)
+    if select_fn is None:
+        select_fn = make_puct_selection(
+            c_base=params.c_base, fpu_mode=params.fpu_mode, fpu=params.fpu
+        )
     simulate = jax.vmap(_simulate, in_axes=(0, None, 0))
     paths = jax.vmap(_path_nodes, in_axes=(0, 0, 0, None))
 
@@ -245,5 +261,5 @@ def search(
         leaf_value = jnp.where(revisit, tree.node_values[brange, node], value)
         return backup(tree, path, path_len, expand, active, new, leaf_value, num_nodes)
 
-    tree = init_tree(root, c_puct, num_nodes)
+    tree = init_tree(root, c_puct, num_nodes, extra_data)
     return jax.lax.fori_loop(0, jnp.max(budgets), body, tree)
