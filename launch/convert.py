@@ -8,16 +8,21 @@
 
 from __future__ import annotations
 
+import os
+
 from absl import app, flags
 
 from allie_jax.convert import ConversionError, convert_gpt2, convert_released_allie
-from allie_jax.model.checkpoint import export_safetensors, save_model
+from allie_jax.data import paths
+from allie_jax.model.checkpoint import CONFIG_FILE, PARAMS_DIR, export_safetensors, save_model
 from allie_jax.model.config import ModelConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("format", None, ["gpt2", "allie"], "Source format.")
-flags.DEFINE_string("input", None, "GPT-2 model.safetensors (or its directory), or best.pt.")
-flags.DEFINE_string("output", None, "Model directory to write.")
+flags.DEFINE_string(
+    "input", None, "GPT-2 model.safetensors (or its directory), or best.pt; local or gs://..."
+)
+flags.DEFINE_string("output", None, "Model directory to write (local or gs://...).")
 flags.DEFINE_string("size", None, "Named size (gpt2: default allie_medium; allie: inferred).")
 flags.DEFINE_string("safetensors", None, "Also export the parameters to this .safetensors file.")
 flags.DEFINE_bool("reinit_embeddings", True, "gpt2: re-initialise wte from its mean/std.")
@@ -45,10 +50,16 @@ def main(argv: list[str]) -> None:
             )
     except ConversionError as err:
         raise app.UsageError(str(err)) from None
-    out = save_model(model, FLAGS.output)
-    print(f"wrote {out} ({model.config.num_layers} layers × {model.config.embed_dim})")
+    # Local or remote (gs://...) outputs through etils.epath: written in a local staging folder,
+    # then published whole (renamed, or uploaded), so a failed run leaves the output as it was.
+    with paths.staged_output(FLAGS.output, [CONFIG_FILE, PARAMS_DIR]) as stage:
+        save_model(model, stage)
+    print(f"wrote {FLAGS.output} ({model.config.num_layers} layers × {model.config.embed_dim})")
     if FLAGS.safetensors:
-        print(f"wrote {export_safetensors(model, FLAGS.safetensors)}")
+        target = paths.as_path(FLAGS.safetensors)
+        with paths.staged_output(target.parent, [target.name]) as stage:
+            export_safetensors(model, os.path.join(stage, target.name))
+        print(f"wrote {FLAGS.safetensors}")
 
 
 if __name__ == "__main__":

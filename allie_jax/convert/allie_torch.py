@@ -25,6 +25,7 @@ from allie_jax.convert.gpt2 import (
     get_tensor,
     strip_prefix,
 )
+from allie_jax.data import paths
 from allie_jax.model.checkpoint import model_from_params
 from allie_jax.model.config import NAMED_SIZES, ModelConfig
 from allie_jax.model.transformer import AllieModel
@@ -48,16 +49,17 @@ def read_torch_checkpoint(
     silent retry with the full unpickler; ``allow_unsafe_pickle=True`` (``launch.convert
     --allow_unsafe_pickle``) opts into that for a file the caller trusts.
     """
-    path = pathlib.Path(path)
+    path = paths.as_path(path)  # local or remote (gs://...): etils.epath
     if not path.exists():
         raise ConversionError(f"{path}: no such file")
+    local = pathlib.Path(paths.local_copy(path))  # torch maps a local file (remote: a copy)
     try:
         import torch
     except ImportError:
         raise ConversionError(
             f"reading {path} needs PyTorch: pip install 'allie-jax[torch]' (or pip install torch)"
         ) from None
-    ckpt = _torch_load(torch, path, weights_only=not allow_unsafe_pickle)
+    ckpt = _torch_load(torch, local, weights_only=not allow_unsafe_pickle)
     state = ckpt.get("model", ckpt) if isinstance(ckpt, Mapping) else None
     if not isinstance(state, Mapping):
         raise ConversionError(f"{path}: expected a dict with a 'model' state dict")

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 from collections.abc import Mapping
 
 import numpy as np
+from etils import epath
 
+from allie_jax.data import paths
 from allie_jax.model.checkpoint import model_from_params
 from allie_jax.model.config import ModelConfig
 from allie_jax.model.transformer import AllieModel
@@ -30,12 +31,13 @@ class ConversionError(ValueError):
 def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
-    path = pathlib.Path(path)
+    path = paths.as_path(path)  # local or remote (gs://...): etils.epath
     if path.is_dir():
         path = path / "model.safetensors"
     if not path.exists():
         raise ConversionError(f"{path}: no such file")
-    return {k: np.asarray(v, np.float32) for k, v in load_file(str(path)).items()}
+    local = paths.local_copy(path)  # safetensors maps a local file
+    return {k: np.asarray(v, np.float32) for k, v in load_file(local).items()}
 
 
 def strip_prefix(tensors: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
@@ -120,7 +122,7 @@ def blocks_from_gpt2(t: Mapping[str, np.ndarray], config: ModelConfig, source: s
     }
 
 
-def _check_hf_config(path: pathlib.Path, config: ModelConfig) -> None:
+def _check_hf_config(path: epath.Path, config: ModelConfig) -> None:
     """If an HF ``config.json`` sits next to the weights, its head count must match too."""
     file = (path if path.is_dir() else path.parent) / "config.json"
     if not file.exists():
@@ -181,7 +183,7 @@ def convert_gpt2(
     seed: int = 0,
 ) -> AllieModel:
     """An AllieModel initialised from HF GPT-2 weights (a file or a save_pretrained directory)."""
-    path = pathlib.Path(path)
+    path = paths.as_path(path)
     _check_hf_config(path, config)
     tensors = read_safetensors(path)
     params = gpt2_to_params(

@@ -110,15 +110,19 @@ def staged_output(output: str | os.PathLike, entries: Sequence[str]) -> Iterator
     complete output last. On an exception nothing in ``output`` changes and the staging folder
     is removed. A local output is staged next to it and published by renames; a remote one is
     staged in a temporary folder and uploaded.
+
+    The local staging folder sits in the nearest existing folder on the way to ``output``
+    (``output`` itself when it exists), so a failed run creates nothing.
     """
     out = as_path(output)
     remote = is_remote(output)
     if remote:
         stage = tempfile.mkdtemp(prefix="allie_stage_")
-    else:
-        parent = os.path.dirname(os.path.abspath(os.fspath(out))) or "."
-        os.makedirs(parent, exist_ok=True)
-        stage = tempfile.mkdtemp(prefix=f".{os.path.basename(os.fspath(out))}.staging-", dir=parent)
+    else:  # in the nearest existing folder: same file system (renames), nothing created
+        anchor = os.path.abspath(os.fspath(out))
+        while not os.path.isdir(anchor):
+            anchor = os.path.dirname(anchor)
+        stage = tempfile.mkdtemp(prefix=".allie-staging-", dir=anchor)
     try:
         yield stage
         out.mkdir(parents=True, exist_ok=True)
