@@ -388,9 +388,8 @@ def evaluate(
     from allie_jax.eval.systems import Positions, SystemContext, make_systems
 
     others = [s for s in cfg.systems if s != "policy"]
-    systems = make_systems(
-        others, SystemContext(model=model, config=cfg, options=dict(cfg.system_options))
-    )
+    context = SystemContext(model=model, config=cfg, options=dict(cfg.system_options))
+    systems = make_systems(others, context) if others else []  # policy alone (make demo)
     everywhere = Positions(games, gps, acc.game, acc.ply, seed=cfg.seed)
     sub = np.zeros(0, int)
     if any(s.subsample for s in systems) and cfg.search_positions > 0 and acc.game.size:
