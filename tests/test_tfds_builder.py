@@ -87,3 +87,33 @@ def test_filters_and_elo_balance_match_prepare(tmp_path, sample_pgn):
         ours = collections.Counter(_tfds_records(builder, split))
         assert ours == collections.Counter(_prepared_records(tmp_path / "prepared", split))
         assert sum(ours.values()) == stats["per_split"][split]["games"]
+
+
+def test_beam_histogram_top_up_and_training_reader(tmp_path, sample_pgn):
+    """Elo balancing from a Beam histogram pass, small val / test topped up in Beam: the same
+    games as prepare_data; and the pipeline reads the TFDS build directly."""
+    from allie_jax.data import pipeline
+
+    config = prepare.PrepareConfig(elo_balance=True)  # default fractions: tiny splits here
+    stats = prepare.prepare([str(sample_pgn)], tmp_path / "prepared", config, progress=False)
+    assert stats["split_minimums_moved"]  # the top-up really happened
+    assert stats["dropped"].get("elo_balance", 0) > 0
+    builder = tfds_builder.make_builder([str(sample_pgn)], str(tmp_path / "tfds"), config)
+    assert builder._balance is None  # no serial pre-pass: the histogram is computed in Beam
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(beam_runner=beam.runners.DirectRunner())
+    )
+    for split in shards.SPLITS:
+        ours = collections.Counter(_tfds_records(builder, split))
+        assert ours == collections.Counter(_prepared_records(tmp_path / "prepared", split))
+    # One reader for both layouts: the TFDS data_dir, and its version folder.
+    raw = shards.read_records(shards.shard_paths(tmp_path / "tfds", "val")[0])
+    assert [records.game_record(r) for r in raw] == _tfds_records(builder, "val")
+    for data_dir in (tmp_path / "tfds", builder.data_dir):
+        a = pipeline.make_iterator(data_dir, "val", batch_size=4, seq_len=128, num_epochs=1)
+        b = pipeline.make_iterator(
+            tmp_path / "prepared", "val", batch_size=4, seq_len=128, num_epochs=1
+        )
+        total_a = sum(int(x["policy_mask"].sum()) for x in a)
+        total_b = sum(int(x["policy_mask"].sum()) for x in b)
+        assert total_a == total_b > 0

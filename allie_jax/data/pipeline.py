@@ -36,7 +36,7 @@ class _ToPieces(grain.transforms.MapWithIndex):
 
     def map_with_index(self, index: int, record: bytes) -> list[dict[str, np.ndarray]]:
         epoch, position = divmod(index, self.epoch_len)
-        game = records.deserialize_game(record)
+        game = records.deserialize_game(records.game_record(record))  # ours or a TFDS example
         drop_elo = drop_tc = False
         if self.augment:
             drop_elo, drop_tc = augmentation_flags(

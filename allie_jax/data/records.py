@@ -16,6 +16,9 @@ Layout (little-endian):
     moves   uint16[num_moves]   move ids (``vocab.encode_move``)
     times   float32[num_moves]  think seconds, -1 unlabelled   (only if flags bit 0)
     clocks  float32[num_moves]  clock after the move, -1 none  (only if flags bit 1)
+
+The TFDS/Beam builder (``data.tfds_builder``) stores the same bytes as the ``record`` feature of a
+``tf.train.Example``; ``game_record`` takes either form, so one reader serves both layouts.
 """
 
 from __future__ import annotations
@@ -113,3 +116,71 @@ def deserialize_game(data: bytes) -> Game:
         white=white,
         black=black,
     )
+
+
+# --------------------------------------------------------------------------- TFDS examples
+# A TFDS record is a serialized tf.train.Example: Example.features (field 1) → Features.feature
+# (field 1, map entries: key = 1, value = 2) → Feature.bytes_list (field 1) → BytesList.value
+# (field 1). Read with a few lines of protobuf wire format, so reading needs no TensorFlow.
+TFDS_FEATURE = "record"
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(buf):
+            raise RecordError("corrupt TFDS example: varint runs past the end")
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+def _fields(buf: bytes):
+    """(field number, payload) of the length-delimited fields; other wire types skipped."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 2:
+            n, i = _varint(buf, i)
+            if i + n > len(buf):
+                raise RecordError("corrupt TFDS example: field runs past the end")
+            yield field, buf[i : i + n]
+            i += n
+        elif wire == 0:
+            _, i = _varint(buf, i)
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise RecordError(f"corrupt TFDS example: wire type {wire}")
+
+
+def example_bytes_feature(example: bytes, name: str = TFDS_FEATURE) -> bytes:
+    """The single bytes value of feature ``name`` in a serialized tf.train.Example."""
+    example = bytes(example)
+    for f, features in _fields(example):
+        if f != 1:
+            continue
+        for g, entry in _fields(features):
+            if g != 1:
+                continue
+            parts = dict(_fields(entry))
+            if parts.get(1) != name.encode():
+                continue
+            for h, bytes_list in _fields(parts.get(2, b"")):
+                if h == 1:
+                    values = [v for k, v in _fields(bytes_list) if k == 1]
+                    if len(values) == 1:
+                        return values[0]
+            raise RecordError(f"TFDS example: feature {name!r} is not one bytes value")
+    raise RecordError(f"TFDS example without a {name!r} feature")
+
+
+def game_record(data: bytes) -> bytes:
+    """The version-1 game record in ``data``: itself, or unwrapped from a TFDS example."""
+    if bytes(data[:4]) == MAGIC:
+        return data
+    return example_bytes_feature(data)

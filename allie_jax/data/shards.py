@@ -156,21 +156,47 @@ class ShardWriter:
         self.close()
 
 
+TFDS_DATASET_NAME = "allie_lichess"  # the TFDS builder's dataset (data.tfds_builder)
+
+
 def shard_paths(data_dir: str | os.PathLike, split: str) -> list[str]:
     """The shard files of a split, in order, as local paths; a clear error when there are none.
+
+    Two layouts are found: ``prepare_data``'s ``DATA_DIR/split/*.array_record``, and the TFDS
+    builder's ``allie_lichess-split.array_record-*`` files, in ``data_dir`` itself (a version
+    folder) or under ``data_dir/allie_lichess/VERSION/`` (the TFDS data_dir; newest version).
+    Records of the second layout are tf.train.Examples: read them with
+    ``records.game_record``.
 
     ``data_dir`` may be remote (etils.epath: ``gs://...``): ArrayRecord's reader only does local
     files, so remote shards are copied once into the cache (``paths.local_copy``; for a large
     data set, mount the bucket instead, e.g. with gcsfuse, and pass the mount point).
     """
-    folder = paths.as_path(data_dir) / split
-    found = sorted(os.fspath(p) for p in folder.glob("*.array_record")) if folder.exists() else []
+    root = paths.as_path(data_dir)
+    found = _glob(root / split, "*.array_record")
+    if not found:
+        pattern = f"{TFDS_DATASET_NAME}-{split}.array_record-*"
+        found = _glob(root, pattern)
+        versions = _glob(root / TFDS_DATASET_NAME, "*") if not found else []
+        for version in sorted(versions, key=_version_key, reverse=True):
+            if found := _glob(paths.as_path(version), pattern):
+                break
     if not found:
         raise FileNotFoundError(
-            f"no *.array_record files in {os.fspath(folder)} "
-            "(run `python -m launch.prepare_data` first)"
+            f"no *.array_record files in {os.fspath(root / split)} (nor a TFDS "
+            f"{TFDS_DATASET_NAME} build in {os.fspath(root)}): run `python -m "
+            "launch.prepare_data` first"
         )
     return [paths.local_copy(p) for p in found]
+
+
+def _glob(folder, pattern: str) -> list[str]:
+    return sorted(os.fspath(p) for p in folder.glob(pattern)) if folder.is_dir() else []
+
+
+def _version_key(path: str) -> tuple:
+    name = os.path.basename(path.rstrip("/"))
+    return tuple(int(x) if x.isdigit() else -1 for x in name.split("."))
 
 
 def write_shard(path: str | os.PathLike, recs) -> None:

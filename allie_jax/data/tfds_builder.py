@@ -1,7 +1,7 @@
 """A TFDS dataset of game records built under Apache Beam (the scale path for monthly dumps).
 
 ``launch.prepare_data`` parses on one machine; this builder runs the very same per-game code
-(``prepare.process_chunk``: ``pgn.parse_game``, the header filters, ``min_plies``, Elo
+(``prepare._keep_raw``: ``pgn.parse_game``, the header filters, ``min_plies``, Elo
 balancing and ``shards.assign_split`` on the game id) inside a Beam pipeline, so a Dataflow /
 Flink / Spark run and a local ``prepare_data`` run put the same games, with byte-identical
 records, in the same splits (tests/test_tfds_builder.py checks it with the DirectRunner).
@@ -17,6 +17,11 @@ apache-beam are optional dependencies, imported only inside ``make_builder``:
         beam_runner=apache_beam.runners.DirectRunner()))  # or beam_options for a cluster
     source = builder.as_data_source()  # {"train": ..., "val": ..., "test": ...}
 
+The Elo histogram for balancing (without ``elo_balance_file``) and the top-up of small val / test
+splits (``PrepareConfig.min_split_games``) are Beam passes too: combiners over the reshuffled
+chunks, fed back as side inputs. ``launch.train --config.data_dir`` accepts the build directly
+(``shards.shard_paths`` finds the TFDS files; ``records.game_record`` unwraps the examples).
+
 A data_dir holds one build: TFDS skips ``download_and_prepare`` when the version is already
 there, so use a new data_dir for new inputs or a new config.
 """
@@ -29,46 +34,102 @@ from allie_jax import pgn
 from allie_jax.data import prepare as prepare_lib
 from allie_jax.data import records, shards
 
-DATASET_NAME = "allie_lichess"
+DATASET_NAME = shards.TFDS_DATASET_NAME  # the class name below, snake-cased by TFDS
 COUNTER_NAMESPACE = "allie_jax"
 
 
 def read_chunks(path: str, chunk_games: int = prepare_lib.CHUNK_GAMES) -> Iterator[tuple]:
-    """(path, index of the chunk's first game in the file, raw games) for one PGN file."""
+    """(path, index of the chunk's first game in the file, raw games) for one PGN file.
+
+    A compressed file cut short (``pgn.InputStatus.truncated``) has its last game replaced by
+    ``CUT_GAME``, which ``parse_chunk`` counts as ``truncated``, as ``prepare`` does.
+    """
     chunk: list = []
     start = 0
-    for index, raw in enumerate(pgn.split_games(pgn._lines(path))):
+    status = pgn.InputStatus(path)
+    previous = None
+    index = -1
+    for index, raw in enumerate(pgn.split_games(pgn._lines(path, status))):
+        if previous is not None:
+            if not chunk:
+                start = index - 1
+            chunk.append(previous)
+            if len(chunk) >= chunk_games:
+                yield path, start, chunk
+                chunk = []
+        previous = (raw.header_lines, raw.move_lines, raw.complete)
+    if previous is not None:
         if not chunk:
             start = index
-        chunk.append((raw.header_lines, raw.move_lines, raw.complete))
-        if len(chunk) >= chunk_games:
-            yield path, start, chunk
-            chunk = []
+        chunk.append(CUT_GAME if status.truncated else previous)
     if chunk:
         yield path, start, chunk
+
+
+CUT_GAME = (None, None, False)
 
 
 def parse_chunk(
     item: tuple,
     config: prepare_lib.PrepareConfig,
     balance: shards.EloBalance | None,
-) -> Iterator[tuple[str, str, dict]]:
-    """(split, key, example) for each kept game of a chunk; drop reasons go to Beam counters.
-
-    Games go one at a time through ``prepare.process_chunk`` so that each kept game keeps its
-    place in the file as its key (deterministic, as TFDS requires).
+) -> Iterator[tuple[str, str, dict, float]]:
+    """(split, key, example, split hash) for each kept game of a chunk; drop reasons go to Beam
+    counters. Each kept game's place in its file is its key (deterministic, as TFDS requires).
     """
     from apache_beam.metrics import Metrics
 
     path, start, raw_games = item
-    for offset, raw in enumerate(raw_games):
-        result = prepare_lib.process_chunk(([raw], config, balance))
-        for reason, count in result.stats.dropped.items():
+    for offset, (header_lines, move_lines, complete) in enumerate(raw_games):
+        stats = pgn.ParseStats()
+        if header_lines is None:  # CUT_GAME
+            stats.games_read += 1
+            stats.drop("truncated")
+            kept = None
+        else:
+            raw = pgn.RawGame()
+            raw.header_lines, raw.move_lines, raw.complete = header_lines, move_lines, complete
+            kept = prepare_lib._keep_raw(raw, config, balance, stats)
+        for reason, count in stats.dropped.items():
             Metrics.counter(COUNTER_NAMESPACE, f"dropped_{reason}").inc(count)
-        Metrics.counter(COUNTER_NAMESPACE, "games_read").inc(result.stats.games_read)
-        for split, record, _tokens, _bin in result.written:
-            Metrics.counter(COUNTER_NAMESPACE, f"written_{split}").inc()
-            yield split, f"{path}:{start + offset:012d}", {"record": record}
+        Metrics.counter(COUNTER_NAMESPACE, "games_read").inc(stats.games_read)
+        if kept is not None:
+            split, record, _tokens, _bin, u = kept
+            yield split, f"{path}:{start + offset:012d}", {"record": record}, u
+
+
+def chunk_elo_bins(item: tuple, config: prepare_lib.PrepareConfig) -> Iterator[int]:
+    """Mean-Elo bins of a chunk's games that pass the header filters (the Beam histogram pass)."""
+    for header_lines, _moves, _complete in item[2]:
+        if header_lines is not None:
+            b = prepare_lib.header_elo_bin(header_lines, config)
+            if b is not None:
+                yield b
+
+
+def balance_from_counts(counts: dict, seed: int) -> shards.EloBalance:
+    return shards.EloBalance.from_counts(dict(counts), seed=seed)
+
+
+def split_moves(lowest: list, counts: dict, config: prepare_lib.PrepareConfig) -> dict[str, str]:
+    """{key: new split} for the train games that top up small val / test splits: the rule of
+    ``prepare`` (``split_minimums``, lowest split hash first, test before val)."""
+    counts = dict(counts)
+    want = prepare_lib.split_minimums(sum(counts.values()), config)
+    moves: dict[str, str] = {}
+    candidates = sorted(lowest)  # (hash, key)
+    i = 0
+    for split in ("test", "val"):
+        need = max(0, want[split] - counts.get(split, 0))
+        for _, key in candidates[i : i + need]:
+            moves[key] = split
+        i += need
+    return moves
+
+
+def _apply_moves(item: tuple, moves: dict) -> tuple:
+    split, key, example, u = item
+    return moves.get(key, split), key, example, u
 
 
 def _keep_split(item: tuple, split: str) -> bool:
@@ -79,14 +140,24 @@ def _key_example(item: tuple) -> tuple[str, dict]:
     return item[1], item[2]
 
 
+def _split_of(item: tuple) -> str:
+    return item[0]
+
+
+def _is_train(item: tuple) -> bool:
+    return item[0] == "train"
+
+
+def _hash_key(item: tuple) -> tuple[float, str]:
+    return item[3], item[1]
+
+
 def elo_balance_for(files: Sequence[str], config: prepare_lib.PrepareConfig):
-    """The Elo balancing ``prepare.prepare`` would use for these files (None when off)."""
-    if not config.elo_balance:
+    """The Elo balancing ``prepare.prepare`` would use for these files (None when off), when it
+    does not need a histogram (a file); else None and the builder computes it in Beam."""
+    if not config.elo_balance or not config.elo_balance_file:
         return None
-    if config.elo_balance_file:
-        return shards.EloBalance.from_file(config.elo_balance_file, seed=config.seed)
-    counts = prepare_lib.elo_histogram_pass(files, config)  # headers only: one cheap pass
-    return shards.EloBalance.from_counts(counts, seed=config.seed)
+    return shards.EloBalance.from_file(config.elo_balance_file, seed=config.seed)
 
 
 _BUILDER_CLASS = None
@@ -124,14 +195,45 @@ def _builder_class():
 
         def _split_generators(self, dl_manager, pipeline):
             del dl_manager
-            parsed = (
+            config = self._prepare_config
+            chunks = (
                 pipeline
                 | "files" >> beam.Create(self._pgn_files)
                 | "split_games" >> beam.FlatMap(read_chunks)
                 | "spread" >> beam.Reshuffle()
-                | "parse"
-                >> beam.FlatMap(parse_chunk, config=self._prepare_config, balance=self._balance)
             )
+            balance = self._balance
+            if config.elo_balance and balance is None:
+                # The Elo histogram as a Beam pass over the headers, spread like the parsing.
+                counts = (
+                    chunks
+                    | "elo_bins" >> beam.FlatMap(chunk_elo_bins, config=config)
+                    | "count_bins" >> beam.combiners.Count.PerElement()
+                    | "bins_dict" >> beam.combiners.ToDict()
+                )
+                balance = beam.pvalue.AsSingleton(
+                    counts | "balance" >> beam.Map(balance_from_counts, seed=config.seed)
+                )
+            parsed = chunks | "parse" >> beam.FlatMap(parse_chunk, config=config, balance=balance)
+            if config.min_split_games > 0 and config.val_frac + config.test_frac > 0:
+                split_counts = (
+                    parsed
+                    | "splits" >> beam.Map(_split_of)
+                    | "count_splits" >> beam.combiners.Count.PerElement()
+                    | "splits_dict" >> beam.combiners.ToDict()
+                )
+                lowest = (
+                    parsed
+                    | "train_only" >> beam.Filter(_is_train)
+                    | "hash_key" >> beam.Map(_hash_key)
+                    | "lowest" >> beam.combiners.Top.Smallest(2 * config.min_split_games)
+                )
+                moves = lowest | "moves" >> beam.Map(
+                    split_moves, counts=beam.pvalue.AsSingleton(split_counts), config=config
+                )
+                parsed = parsed | "top_up" >> beam.Map(
+                    _apply_moves, moves=beam.pvalue.AsSingleton(moves)
+                )
             # Parsed once, shared by the splits (TFDS passes ``pipeline`` for exactly this).
             generate = beam.ptransform_fn(self._generate_examples)
             return {split: parsed | split >> generate(split=split) for split in shards.SPLITS}
@@ -152,7 +254,8 @@ def make_builder(
 ):
     """A TFDS builder over ``pgn_files`` (globs allowed) with ``launch.prepare_data``'s rules.
 
-    ``config.records_per_shard`` does not apply (TFDS sizes its own shards).
+    ``config.records_per_shard`` does not apply (TFDS sizes its own shards). Elo balancing
+    from a histogram and the small-split top-up run as Beam passes (no serial pre-pass here).
     """
     config = config if config is not None else prepare_lib.PrepareConfig()
     files = prepare_lib.expand_inputs(pgn_files)
