@@ -3,8 +3,15 @@
     python -m launch.evaluate --checkpoint DIR --games FILE.pgn[.zst] --output OUTDIR \\
         [--systems policy,greedy,search,adaptive] [--max_games N] [--stockfish PATH]
 
-writes OUTDIR/report.json, OUTDIR/report.md and PNG plots. ``--checkpoint`` is a checkpoint
-directory or a training workdir (its best checkpoint, else the latest).
+writes per-position records (OUTDIR/records, Parquet; docs/records.md), then OUTDIR/report.json,
+OUTDIR/report.md and PNG plots computed from them. ``--checkpoint`` is a checkpoint directory or a
+training workdir (its best checkpoint, else the latest).
+
+At scale: ``--num_shards N --shard_index K`` runs one shard (a job array runs them all; under
+``--distributed`` each jax process takes its own); a killed run restarted with the same flags
+skips its committed chunks. The report of a finished job, or of a slice of it:
+
+    python -m launch.evaluate --report_only OUTDIR/records --output OUT2 [--filter "white_elo >= 2000"]
 """
 
 from __future__ import annotations
@@ -17,14 +24,19 @@ _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint dir or trainin
 _GAMES = flags.DEFINE_string("games", None, "PGN of human games (.pgn, .pgn.zst, .pgn.bz2).")
 _OUTPUT = flags.DEFINE_string("output", None, "Directory for report.json, report.md, plots.")
 _SYSTEMS = flags.DEFINE_list(
-    "systems", ["policy", "greedy", "search", "adaptive"], "Systems to score for move matching."
+    "systems",
+    ["policy", "greedy", "search", "adaptive"],
+    "Systems to score for move matching (allie_jax/eval/systems.py lists them).",
 )
 _MAX_GAMES = flags.DEFINE_integer("max_games", 1000, "Read at most this many games.")
 _STOCKFISH = flags.DEFINE_string(
     "stockfish", None, "UCI Stockfish binary (e.g. /usr/games/stockfish) for the value oracle."
 )
-_SEARCH_POSITIONS = flags.DEFINE_integer(
-    "search_positions", 200, "Subsample of accuracy positions scored by search / adaptive."
+_SEARCH_POSITIONS = flags.DEFINE_string(
+    "search_positions",
+    "200",
+    "Move-matching positions scored by search systems: a count (a seeded subsample of the whole "
+    "input) or 'all'.",
 )
 _RANDOM_GAMES = flags.DEFINE_integer(
     "random_games", 100, "Random legal games for the out-of-distribution legality check."
@@ -48,6 +60,28 @@ _SYSTEM_OPTIONS = flags.DEFINE_list(
 )
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the subsamples and random games.")
 _PLOTS = flags.DEFINE_boolean("plots", True, "Write PNG plots.")
+_TOP_K = flags.DEFINE_integer("top_k", 5, "Moves kept per position and system in the records.")
+_CHUNK_GAMES = flags.DEFINE_integer("chunk_games", 256, "Games per committed records chunk.")
+_RECORDS = flags.DEFINE_string("records", None, "Records directory (default OUTPUT/records).")
+_NUM_SHARDS = flags.DEFINE_integer(
+    "num_shards",
+    None,
+    "Split the games into this many shards by game id (default: 1, or one "
+    "per process under --distributed).",
+)
+_SHARD_INDEX = flags.DEFINE_integer("shard_index", None, "The shard this process scores.")
+_DISTRIBUTED = flags.DEFINE_boolean(
+    "distributed", False, "Call jax.distributed.initialize(): each process scores its own shard."
+)
+_REPORT_ONLY = flags.DEFINE_string(
+    "report_only", None, "Build the report from this records directory (no model is run)."
+)
+_FILTER = flags.DEFINE_string(
+    "filter",
+    None,
+    "With --report_only: keep records matching this expression, e.g. "
+    "\"white_elo >= 2000 and time_control == '180+0'\" (docs/records.md).",
+)
 
 
 def _parse_options(items: list[str]) -> list[tuple[str, str]]:
@@ -55,7 +89,7 @@ def _parse_options(items: list[str]) -> list[tuple[str, str]]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise app.UsageError(f"--system_options entry {item!r} is not key=value")
+            raise ValueError(f"--system_options entry {item!r} is not key=value")
         out.append((key.strip(), value.strip()))
     return out
 
@@ -65,27 +99,60 @@ def main(argv):
     from allie_jax.pgn import PGNError
 
     # Missing or unreadable checkpoint (CheckpointError is a ValueError), missing / junk / empty
-    # PGN (PGNError, OSError, the evaluator's "no usable game" ValueError), bad flag values.
+    # PGN (PGNError, OSError, the evaluator's "no usable game" ValueError), bad flag values,
+    # records of another job (RecordsError is a ValueError).
     user_errors = (ValueError, PGNError, OSError)
     try:
         report = _run()
     except user_errors as err:  # a bad path or input: one line, not a traceback
         print(f"launch.evaluate: error: {err}", file=sys.stderr)
         sys.exit(1)
+    if report is None:
+        print(
+            "shard done; the report is written once every shard is: run the others, then "
+            f"python -m launch.evaluate --report_only {_records_dir()} --output OUT"
+        )
+        return
     acc = report["move_accuracy"]
-    summary = ", ".join(f"{k} {100 * v['overall']['value']:.1f}%" for k, v in acc.items())
-    print(f"move matching: {summary}")
-    print(f"wrote {_OUTPUT.value}/report.json and report.md in {report['meta']['elapsed_s']:.0f} s")
+    summary = ", ".join(
+        f"{k} {100 * v['overall']['value']:.1f}%"
+        for k, v in acc.items()
+        if v["overall"]["value"] is not None and v["overall"]["n"]
+    )
+    print(f"move matching: {summary or 'no position'}")
+    print(f"wrote {_OUTPUT.value}/report.json and report.md")
 
 
-def _run() -> dict:
+def _records_dir() -> str:
+    return _RECORDS.value or f"{_OUTPUT.value}/records"
+
+
+def _run() -> dict | None:
     """The evaluation itself, from the flags."""
-    from allie_jax.eval.evaluate import EvalConfig, evaluate
+    from allie_jax.eval.evaluate import EvalConfig, evaluate, report_from_records
 
+    if not _OUTPUT.value:
+        raise ValueError("--output is required")
+    if _REPORT_ONLY.value:
+        return report_from_records(
+            _REPORT_ONLY.value, _OUTPUT.value, filter=_FILTER.value, plots=_PLOTS.value
+        )
+    if _FILTER.value:
+        raise ValueError("--filter applies to --report_only (records are always complete)")
+    missing = [f"--{n}" for n, v in (("checkpoint", _CHECKPOINT), ("games", _GAMES)) if not v.value]
+    if missing:
+        raise ValueError(f"{' and '.join(missing)} required (or --report_only RECORDS_DIR)")
+    if _DISTRIBUTED.value:
+        import jax
+
+        jax.distributed.initialize()
+    sp = _SEARCH_POSITIONS.value.strip()
+    if sp != "all" and not sp.isdigit():
+        raise ValueError(f"--search_positions={sp!r} must be a count or 'all'")
     config = EvalConfig(
         systems=tuple(_SYSTEMS.value),
         max_games=_MAX_GAMES.value,
-        search_positions=_SEARCH_POSITIONS.value,
+        search_positions="all" if sp == "all" else int(sp),
         search_batch_size=_SEARCH_BATCH_SIZE.value,
         random_games=_RANDOM_GAMES.value,
         batch_size=_BATCH_SIZE.value,
@@ -95,6 +162,11 @@ def _run() -> dict:
         calibration_pgn=_CALIBRATION_PGN.value,
         calibration_systems=tuple(_CALIBRATION_SYSTEMS.value),
         system_options=tuple(_parse_options(_SYSTEM_OPTIONS.value)),
+        top_k=_TOP_K.value,
+        chunk_games=_CHUNK_GAMES.value,
+        num_shards=_NUM_SHARDS.value,
+        shard_index=_SHARD_INDEX.value,
+        records_dir=_RECORDS.value,
         seed=_SEED.value,
         plots=_PLOTS.value,
     )
@@ -102,5 +174,4 @@ def _run() -> dict:
 
 
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["checkpoint", "games", "output"])
     app.run(main)

@@ -3,6 +3,7 @@ crafted inputs with hand-computed answers."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -16,8 +17,11 @@ import pytest
 from flax import nnx
 
 from allie_jax import vocab
+from allie_jax.eval import records, summarize
 from allie_jax.eval.positions import game_positions
 from allie_jax.eval.scoring import CausalScorer, PositionOutputs, score_per_prefix
+from allie_jax.eval.summarize import Columns
+from allie_jax.eval.systems import Scores
 from allie_jax.game import Game, encode_game
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.pgn import open_text, read_games
@@ -96,28 +100,56 @@ def test_reduce_outputs_crafted():
     assert r.invalid_mass[0] == pytest.approx((math.exp(9) + 1947) / z, rel=1e-5)
 
 
-def _result(pred, resign, value, time_s=None, top_legal=None, invalid=None):
+def _result(pred, resign, value, time_s=None, top_legal=None, invalid=None) -> Scores:
+    """Crafted per-position scores of the policy for one game (every position scored)."""
     k = len(pred)
-    return ev.GameResult(
-        pred=np.asarray(pred, np.int32),
-        top_legal=np.ones(k, bool) if top_legal is None else np.asarray(top_legal, bool),
-        invalid_mass=np.zeros(k) if invalid is None else np.asarray(invalid, float),
-        resign=np.asarray(resign, bool),
-        value_white=np.asarray(value, np.float32),
-        time_s=np.zeros(k, np.float32) if time_s is None else np.asarray(time_s, np.float32),
-    )
+    sc = Scores.empty(k)
+    sc.scored[:] = True
+    sc.top_moves[:, 0] = pred
+    sc.top_legal[:] = True if top_legal is None else np.asarray(top_legal, bool)
+    sc.invalid_mass[:] = 0.0 if invalid is None else np.asarray(invalid, float)
+    sc.resign[:] = np.asarray(resign, bool)
+    sc.value[:] = np.asarray(value, np.float32)
+    sc.think_time[:] = 0.0 if time_s is None else np.asarray(time_s, np.float32)
+    return sc
+
+
+def _columns(games, results) -> Columns:
+    """The records of crafted games and policy scores, read back as the report reads them."""
+    for i, g in enumerate(games):
+        g.game_id = g.game_id or f"g{i}"
+    gps = [game_positions(g) for g in games]
+    pos = ev._all_positions(games, gps, 0)
+    scores = Scores.empty(len(pos))
+    offset = 0
+    for r in results:
+        scores = _merge(scores, r, offset)
+        offset += len(r)
+    assert offset == len(pos)
+    return Columns(records.chunk_table(pos, {"policy": scores}))
+
+
+def _merge(into: Scores, part: Scores, offset: int) -> Scores:
+    rows = np.arange(offset, offset + len(part))
+    placed = part.scatter(rows, len(into))
+    keep = placed.scored
+    for f in dataclasses.fields(Scores):
+        getattr(into, f.name)[keep] = getattr(placed, f.name)[keep]
+    return into
 
 
 def test_resign_block_crafted():
-    resigned = game_positions(_uci_game("e4 e5", result=-1.0, termination="Normal"))
-    drawn = game_positions(_uci_game("d4 d5", result=0.0, termination="Normal"))
-    winner_to_move = game_positions(_uci_game("c4 c5", result=1.0, termination="Normal"))
+    games = [
+        _uci_game("e4 e5", result=-1.0, termination="Normal"),  # resigned, loser to move
+        _uci_game("d4 d5", result=0.0, termination="Normal"),
+        _uci_game("c4 c5", result=1.0, termination="Normal"),  # resigned, winner to move
+    ]
     results = [
         _result([0, 0, 0], [False, True, True], [0, 0, -1]),  # TP at the final board, FP at ply 1
         _result([0, 0, 0], [False, False, False], [0, 0, 0]),  # 3 negatives
         _result([0, 0, 0], [False, False, True], [0, 0, 0]),  # final board: counted nowhere
     ]
-    out = ev.resign_block(results, [resigned, drawn, winner_to_move])
+    out = summarize.resign_block(_columns(games, results))
     assert out["tpr"]["value"] == 1.0 and out["tpr"]["n"] == 1
     # negatives: plies 0, 1 of each game (6) + the drawn game's final board = 7, one positive
     assert out["fpr"]["n"] == 7 and out["fpr"]["successes"] == 1
@@ -125,24 +157,25 @@ def test_resign_block_crafted():
 
 
 def test_value_think_time_legal_blocks_crafted():
-    g1 = game_positions(_uci_game("e4 e5", result=1.0, think_times=[1.0, 70.0]))
-    g2 = game_positions(_uci_game("d4 d5", result=-1.0, think_times=[3.0, -1.0]))
+    g1 = _uci_game("e4 e5", result=1.0, think_times=[1.0, 70.0])
+    g2 = _uci_game("d4 d5", result=-1.0, think_times=[3.0, -1.0])
     r1 = _result([0, 0, 0], [0, 0, 0], [0.2, 0.4, 0.9], time_s=[2.0, 9.0, 0.0],
                  top_legal=[1, 0, 1], invalid=[0.1, 0.3, 0.0])  # fmt: skip
     r2 = _result([0, 0, 0], [0, 0, 0], [-0.2, -0.6, -0.5], time_s=[4.0, 0.0, 0.0],
                  top_legal=[1, 1, 1], invalid=[0.2, 0.0, 0.0])  # fmt: skip
-    value = ev.value_block([r1, r2], [g1, g2])
+    c = _columns([g1, g2], [r1, r2])
+    value = summarize.value_block(c)
     # deciles of plies 0, 1, 2 in 2-move games: 0, 5, 9 (the final board is the last decile)
     groups = {row["group"]: row for row in value["by_progress"]}
     assert groups[0]["r"] == pytest.approx(1.0) and groups[0]["n"] == 2
     assert groups[3]["n"] == 0 and math.isnan(groups[3]["r"])
     assert value["positions"] == 6
-    tt = ev.think_time_block([r1, r2], [g1, g2])
+    tt = summarize.think_time_block(c)
     # labelled: (pred 2, human 1), (9, 70 -> clipped 60), (4, 3); unlabelled −1 dropped
     assert tt["positions"] == 3
     x, y = np.array([2.0, 9.0, 4.0]), np.array([1.0, 60.0, 3.0])
     assert tt["pearson_r"]["r"] == pytest.approx(np.corrcoef(x, y)[0, 1])
-    legal = ev.legal_block([r1, r2], [g1, g2], seed=0)  # the final boards are not scored
+    legal = summarize.legal_block(c, seed=0)  # the final boards are not scored
     assert legal["all"]["top_legal"]["successes"] == 3 and legal["all"]["top_legal"]["n"] == 4
     assert legal["all"]["invalid_mass"]["value"] == pytest.approx(0.15)
     assert legal["check"]["top_legal"]["n"] == 0
@@ -153,7 +186,7 @@ def test_accuracy_block_crafted():
     elo = np.array([1510, 1590, 1600, np.nan, 2000])
     special = {k: np.zeros(5, bool) for k in ("castling", "en_passant", "promotion", "threefold")}
     special["castling"][[0, 1]] = True
-    out = ev.accuracy_block(correct, elo, special)
+    out = summarize.accuracy_block(correct, elo, special)
     assert out["positions"] == 5 and out["overall"]["value"] == 0.6
     assert out["by_elo"]["1500"]["value"] == 0.5 and out["by_elo"]["1600"]["n"] == 1
     assert "nan" not in "".join(out["by_elo"])  # unknown Elo only counts overall
@@ -180,8 +213,9 @@ def test_causal_pass_matches_per_prefix_and_direct_call(tiny_model, sample_games
     np.testing.assert_allclose(one[0].log_probs, logp, atol=2e-4)
 
 
-def _independent_positions(pgn_path, max_games: int) -> int:
-    """Count move-matching positions straight from the PGN with python-chess (no allie code)."""
+def _independent_positions(pgn_path, max_games: int, keep=lambda headers: True) -> int:
+    """Count move-matching positions straight from the PGN with python-chess (no allie code),
+    in the games whose headers pass ``keep``."""
     count = 0
     with open_text(pgn_path) as f:
         games_seen = 0
@@ -190,6 +224,8 @@ def _independent_positions(pgn_path, max_games: int) -> int:
             if not nodes:
                 continue
             games_seen += 1
+            if not keep(game.headers):
+                continue
             base = float(game.headers["TimeControl"].split("+")[0])
             clocks = [n.clock() for n in nodes]
             for i in range(len(nodes)):
@@ -228,6 +264,24 @@ def test_launch_evaluate_command(checkpoint, sample_pgn, tmp_path):
     assert "## Move-matching accuracy" in md and "| policy |" in md
     for png in ("accuracy_vs_elo.png", "think_time.png", "value_by_progress.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+    # the report rebuilt from the records alone is the direct run's report, byte for byte
+    again = tmp_path / "again"
+    cmd = [sys.executable, "-m", "launch.evaluate", f"--report_only={out / 'records'}"]
+    proc = subprocess.run([*cmd, f"--output={again}"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (again / "report.json").read_text() == (out / "report.json").read_text()
+    assert (again / "report.md").read_text() == (out / "report.md").read_text()
+    # a slice: only the positions of games whose White is rated 2000+, counted independently
+    sliced = tmp_path / "sliced"
+    flt = "--filter=white_elo >= 2000"
+    proc = subprocess.run([*cmd, f"--output={sliced}", flt], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    part = json.loads((sliced / "report.json").read_text())
+    want = _independent_positions(sample_pgn, 8, lambda h: int(h["WhiteElo"]) >= 2000)
+    assert 0 < want < report["move_accuracy"]["policy"]["positions"]
+    assert part["move_accuracy"]["policy"]["positions"] == want
+    assert part["meta"]["filter"] == "white_elo >= 2000"
 
 
 def test_evaluate_rejects_bad_systems():

@@ -1,18 +1,27 @@
-"""``evaluate(...)``: every offline result of the paper (SPEC §5) from a checkpoint and a PGN.
+"""``evaluate(...)``: every offline result of the paper (SPEC §5) from a checkpoint and a PGN, as a
+streamed, sharded, resumable job that writes per-position records, then the report from them.
+
+The job: games are read lazily (``stream.game_stream``), split into shards by game id
+(``--num_shards`` / ``--shard_index``, or one per ``jax.distributed`` process), cut into chunks of
+``chunk_games``; each chunk is replayed with python-chess, scored by every system
+(``allie_jax.eval.systems``) and committed as one Parquet file (``allie_jax.eval.records``). A
+restarted shard skips its committed chunks. When every shard is complete, the report
+(``allie_jax.eval.summarize``) is computed from the records alone, exactly as
+``launch.evaluate --report_only`` does.
 
 What each system's "top move" is (the paper's move matching):
 - ``policy``: argmax of the policy restricted to legal moves, conditioned on the game's true Elos
   (the paper's Allie-Policy accuracy uses the model's top-1 move; it samples only when playing).
-- ``greedy``: the same argmax with both header Elos set to ``SearchConfig.greedy_elo`` (2500), as
-  the Allie-Greedy preset plays.
+- ``greedy``: the same argmax with both header Elos set to ``SearchConfig.greedy_elo`` (2500).
   Both come from one causal pass per game over all of its positions.
-- ``search`` / ``adaptive``: argmax of the final search policy (π̄) returned by
-  ``allie_jax.search.Searcher`` for the preset, on a seeded subsample of the accuracy positions
-  (``search_positions``), since each search costs tens of model evaluations. The policy's
-  accuracy on the same positions is reported next to it for a paired comparison.
+- ``search`` / ``adaptive`` (and any ``subsample`` system): argmax of the final search policy on
+  the protocol's search positions: a seeded subsample of ``search_positions`` move-matching
+  positions of the whole input (``stream.choose``; independent of the sharding), or every one of
+  them with ``search_positions="all"``, batched across games. The policy's accuracy on the same
+  positions is reported next to it for a paired comparison.
 
-The other metrics (legality, think time, resignation, value) describe the model itself and come
-from the true-Elo causal pass.
+The other metrics (legality, think time, resignation, value) describe the Allie model itself and
+come from the true-Elo causal pass (``policy``, always scored).
 """
 
 from __future__ import annotations
@@ -22,26 +31,39 @@ import json
 import logging
 import math
 import pathlib
+import tempfile
 import time
 from collections.abc import Sequence
 
 import numpy as np
+from etils import epath
 
 from allie_jax import vocab
-from allie_jax.eval import metrics
-from allie_jax.eval.positions import SPECIAL_MOVES, GamePositions, game_positions, random_game
-from allie_jax.eval.scoring import CausalScorer, PositionOutputs
+from allie_jax.eval import metrics, records, stream
+from allie_jax.eval.positions import (
+    GamePositions,
+    clock_before_moves,
+    context_positions,
+    game_positions,
+    protocol_mask,
+    random_game,
+)
+from allie_jax.eval.scoring import PositionOutputs
+from allie_jax.eval.systems import Positions, Scores, System, SystemContext, make_systems
 from allie_jax.game import Game
+from allie_jax.pgn import ParseStats
 
 SYSTEMS = ("policy", "greedy", "search", "adaptive")
 THINK_TIME_EDGES = (0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 45, 60)
+# Settings that do not change a single record byte (so a restart may change them).
+_RUN_ONLY = ("progress", "plots", "shard_index", "records_dir")
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
     systems: tuple[str, ...] = SYSTEMS
     max_games: int = 1000
-    search_positions: int = 200  # subsample of accuracy positions for search / adaptive
+    search_positions: int | str = 200  # search subsample size over the input, or "all"
     search_batch_size: int = 64  # fewer, larger batches: fewer search programs to compile
     random_games: int = 100  # random legal games for the out-of-distribution legality check
     batch_size: int = 16  # games per causal pass
@@ -55,6 +77,10 @@ class EvalConfig:
     calibration_systems: tuple[str, ...] = ()  # ... and the system names in its headers
     system_options: tuple[tuple[str, str], ...] = ()  # key=value pairs for system factories
     top_k: int = 5  # moves kept per position and system in the records
+    chunk_games: int = 256  # games per committed chunk (memory is bounded by one chunk)
+    num_shards: int | None = None  # None: one shard per jax.distributed process (1 without)
+    shard_index: int | None = None
+    records_dir: str | None = None  # default OUTPUT/records
     seed: int = 0
     progress: bool = True
     plots: bool = True
@@ -63,14 +89,28 @@ class EvalConfig:
         from allie_jax.eval.systems import check_names
 
         check_names(self.systems)
-        for name in ("max_games", "batch_size", "search_batch_size"):
+        for name in ("max_games", "batch_size", "search_batch_size", "chunk_games", "top_k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
-        for name in ("search_positions", "random_games", "stockfish_positions"):
+        for name in ("random_games", "stockfish_positions"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be non-negative")
+        sp = self.search_positions
+        if not (sp == "all" or (isinstance(sp, int) and sp >= 0)):
+            raise ValueError(f"search_positions={sp!r} must be a non-negative count or 'all'")
         if bool(self.calibration_pgn) != bool(self.calibration_systems):
             raise ValueError("calibration needs both calibration_pgn and calibration_systems")
+        if self.num_shards is not None:
+            stream.resolve_shard(self.num_shards, self.shard_index)
+
+    @property
+    def search_count(self) -> int | None:
+        """Positions in the search subsample (None: every protocol position)."""
+        return None if self.search_positions == "all" else int(self.search_positions)
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference reduction of one game's causal pass (used by bench/evaluate.py and the tests)
 
 
 @dataclasses.dataclass
@@ -106,227 +146,138 @@ def reduce_outputs(
     return GameResult(pred, top_legal, invalid, resign & has_legal, out.value_white, out.time_s)
 
 
-def _progress(total: int, desc: str, enabled: bool, unit: str = "game"):
+# ---------------------------------------------------------------------------------------------
+# Subsamples: which positions the expensive systems score
+
+
+def search_eligible(cfg: EvalConfig, max_len: int):
+    """Plies of a game the search systems may score: move-matching positions inside the model's
+    context (computed from the game alone, so the whole input can be scanned cheaply)."""
+
+    def plies(game: Game) -> np.ndarray:
+        n = len(game.moves)
+        ply = np.arange(n)
+        mask = protocol_mask(ply, n, clock_before_moves(game), cfg.min_ply, cfg.min_clock)
+        return ply[mask & (ply < context_positions(game, max_len))]
+
+    return plies
+
+
+def value_eligible(max_len: int):
+    """Plies of a decided-or-drawn game whose value Stockfish may judge (a move was made there)."""
+
+    def plies(game: Game) -> np.ndarray:
+        if game.result is None:
+            return np.zeros(0, np.int64)
+        return np.arange(min(len(game.moves), context_positions(game, max_len)))
+
+    return plies
+
+
+# ---------------------------------------------------------------------------------------------
+# One chunk
+
+
+def _progress(total: int | None, desc: str, enabled: bool, unit: str = "game"):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, leave=False)
 
 
-def _score_all(
-    scorer: CausalScorer,
+def _replay(games: Sequence[Game]) -> tuple[list[Game], list[GamePositions], int]:
+    kept, gps, rejected = [], [], 0
+    for g in games:
+        try:
+            gps.append(game_positions(g))
+            kept.append(g)
+        except ValueError as e:
+            logging.warning("skipping game: %s", e)
+            rejected += 1
+    return kept, gps, rejected
+
+
+def _all_positions(games: Sequence[Game], gps: Sequence[GamePositions], seed: int) -> Positions:
+    """Every position (ply 0..N, the final board included) of every game."""
+    sizes = [gp.num_moves + 1 for gp in gps]
+    game = np.concatenate([np.full(s, j) for j, s in enumerate(sizes)]) if sizes else np.zeros(0)
+    ply = np.concatenate([np.arange(s) for s in sizes]) if sizes else np.zeros(0)
+    return Positions(games, gps, game.astype(np.int64), ply.astype(np.int64), seed=seed)
+
+
+def _selected_rows(pos: Positions, eligible, selection: stream.Selection) -> np.ndarray:
+    rows = []
+    offset = 0
+    for game, gp in zip(pos.games, pos.gps, strict=True):
+        plies = eligible(game)
+        plies = plies[selection.picks(game.game_id, plies)]
+        rows.append(offset + plies)
+        offset += gp.num_moves + 1
+    return np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
+
+
+def score_chunk(
     games: Sequence[Game],
-    gps: Sequence[GamePositions],
+    systems: Sequence[System],
+    plan: dict[str, tuple],
     *,
-    desc: str,
-    cfg: EvalConfig,
-    elo_override: int | None = None,
-) -> list[GameResult]:
-    results: list[GameResult | None] = [None] * len(games)
-    with _progress(len(games), desc, cfg.progress) as bar:
-        for i, out in scorer.score(games, elo_override=elo_override, on_batch=bar.update):
-            results[i] = reduce_outputs(out, gps[i], resign_value=cfg.resign_value)
-    return results  # type: ignore[return-value]
+    chunk_index: int,
+    top_k: int,
+    progress: bool = False,
+):
+    """Replay, score and tabulate one chunk; returns the records table and the chunk's facts.
 
-
-# ---------------------------------------------------------------------------------------------
-# Metric assembly
-
-
-def accuracy_block(
-    correct: np.ndarray, mover_elo: np.ndarray, special: dict[str, np.ndarray]
-) -> dict:
-    """``{"overall", "by_elo", "special", "positions"}`` for one system over its positions."""
-    known = ~np.isnan(mover_elo)
-    return {
-        "overall": metrics.rate(correct),
-        "by_elo": metrics.rate_by_bin(correct[known], metrics.elo_bin(mover_elo[known])),
-        "special": {k: metrics.rate(correct[special[k]]) for k in SPECIAL_MOVES},
-        "positions": int(correct.size),
-    }
-
-
-@dataclasses.dataclass
-class _AccuracyPositions:
-    game: np.ndarray  # int [P]
-    ply: np.ndarray  # int [P]
-    human: np.ndarray  # int32 [P]
-    mover_elo: np.ndarray  # float [P]
-    special: dict[str, np.ndarray]
-
-
-def accuracy_positions(
-    gps: Sequence[GamePositions], covered: Sequence[int], cfg: EvalConfig
-) -> _AccuracyPositions:
-    """The positions counted for move matching (after ply 10, mover's clock ≥ 30 s, inside max_len)."""
-    game, ply = [], []
-    for g, (gp, k) in enumerate(zip(gps, covered, strict=True)):
-        mask = gp.accuracy_mask(min_ply=cfg.min_ply, min_clock=cfg.min_clock)
-        mask[min(k, gp.num_moves) :] = False
-        idx = np.flatnonzero(mask)
-        game.append(np.full(idx.size, g))
-        ply.append(idx)
-    game_a = np.concatenate(game) if game else np.zeros(0, int)
-    ply_a = np.concatenate(ply) if ply else np.zeros(0, int)
-    human = np.array([gps[g].move_ids[i] for g, i in zip(game_a, ply_a, strict=True)], np.int32)
-    elo = np.array([gps[g].mover_elo[i] for g, i in zip(game_a, ply_a, strict=True)], np.float64)
-    special = {
-        k: np.array([gps[g].special[k][i] for g, i in zip(game_a, ply_a, strict=True)], bool)
-        for k in SPECIAL_MOVES
-    }
-    return _AccuracyPositions(game_a, ply_a, human, elo, special)
-
-
-def legal_block(results: Sequence[GameResult], gps: Sequence[GamePositions], seed: int) -> dict:
-    """Top-move legality and invalid mass over the positions where a move was made."""
-    top, invalid, check = [], [], []
-    for r, gp in zip(results, gps, strict=True):
-        k = min(len(r.pred), gp.num_moves)
-        top.append(r.top_legal[:k])
-        invalid.append(r.invalid_mass[:k])
-        check.append(gp.in_check[:k])
-    top_a, inv_a, chk_a = (np.concatenate(x) for x in (top, invalid, check))
-    return {
-        "all": {
-            "top_legal": metrics.rate(top_a),
-            "invalid_mass": metrics.mean_with_ci(inv_a, seed=seed),
-        },
-        "check": {
-            "top_legal": metrics.rate(top_a[chk_a]),
-            "invalid_mass": metrics.mean_with_ci(inv_a[chk_a], seed=seed),
-        },
-    }
-
-
-def think_time_block(results: Sequence[GameResult], gps: Sequence[GamePositions]) -> dict:
-    """Pearson r of predicted vs human seconds (labels clipped to [0, 60] s, the training target)."""
-    pred, human = [], []
-    for r, gp in zip(results, gps, strict=True):
-        k = min(len(r.pred), gp.num_moves)
-        t = gp.think_time[:k]
-        sel = t >= 0
-        pred.append(r.time_s[:k][sel])
-        human.append(np.clip(t[sel], 0.0, 60.0))
-    pred_a = np.concatenate(pred).astype(np.float64)
-    human_a = np.concatenate(human)
-    return {
-        "pearson_r": metrics.pearson(pred_a, human_a),
-        "positions": int(pred_a.size),
-        "by_human_time": metrics.quantiles_by_bin(pred_a, human_a, THINK_TIME_EDGES),
-        "mean_predicted_s": float(pred_a.mean()) if pred_a.size else math.nan,
-        "mean_human_s": float(human_a.mean()) if human_a.size else math.nan,
-    }
-
-
-def resign_block(results: Sequence[GameResult], gps: Sequence[GamePositions]) -> dict:
-    """TPR on final boards of games the side to move lost by resigning; FPR on every other board.
-
-    Final boards are read from the partial-game pass (no termination or EOS in the input), so the
-    answer cannot leak. Resigned games whose final board has the *winner* to move (the loser
-    resigned on the opponent's turn) count for neither rate: the rule is the mover's decision.
+    ``plan[name] = (eligible, selection)`` for each subsample system.
     """
-    positives, negatives = [], []
-    resigned_games = skipped_winner_to_move = uncovered = 0
-    for r, gp in zip(results, gps, strict=True):
-        k = len(r.pred)
-        n = gp.num_moves
-        final_covered = k == n + 1
-        negatives.append(r.resign[: min(k, n)])
-        if gp.resigned:
-            resigned_games += 1
-            if not final_covered:
-                uncovered += 1
-            elif gp.loser_to_move:
-                positives.append(bool(r.resign[n]))
-            else:
-                skipped_winner_to_move += 1
-        elif final_covered and len(gp.legal_ids[n]):
-            negatives.append(r.resign[n : n + 1])
-    neg = np.concatenate(negatives) if negatives else np.zeros(0, bool)
-    return {
-        "tpr": metrics.rate(np.array(positives, bool)),
-        "fpr": metrics.rate(neg),
-        "resigned_games": resigned_games,
-        "resigned_games_winner_to_move": skipped_winner_to_move,
-        "resigned_games_truncated": uncovered,
-    }
-
-
-def value_block(results: Sequence[GameResult], gps: Sequence[GamePositions]) -> dict:
-    """Pearson r of the value (White's view) with the game result per game-progress decile."""
-    value, outcome, decile = [], [], []
-    for r, gp in zip(results, gps, strict=True):
-        if gp.result is None:
-            continue
-        k = len(r.pred)
-        value.append(r.value_white)
-        outcome.append(np.full(k, gp.result))
-        decile.append(metrics.progress_decile(np.arange(k), np.full(k, gp.num_moves)))
-    v, o, d = (np.concatenate(x) for x in (value, outcome, decile))
-    return {
-        "overall": metrics.pearson(v, o),
-        "by_progress": metrics.pearson_by_group(v, o, d, range(10)),
-        "positions": int(v.size),
-    }
-
-
-def stockfish_block(
-    path: str,
-    gps: Sequence[GamePositions],
-    games: Sequence[Game],
-    results: Sequence[GameResult],
-    cfg: EvalConfig,
-) -> dict:
-    """Oracle comparison on a seeded subsample: Stockfish's WDL expectation (White's view, in
-    [−1, 1]) vs the game result and vs the model's value, per progress decile and overall."""
-    import chess
-    import chess.engine
-
-    cands = [
-        (g, i)
-        for g, (gp, r) in enumerate(zip(gps, results, strict=True))
-        if gp.result is not None
-        for i in range(min(len(r.pred), gp.num_moves))
-    ]
-    rng = np.random.default_rng(cfg.seed + 2)
-    picks = rng.choice(len(cands), size=min(cfg.stockfish_positions, len(cands)), replace=False)
-    sf, allie, outcome, decile = [], [], [], []
-    with chess.engine.SimpleEngine.popen_uci(path) as engine:
-        for p in sorted(picks):
-            g, i = cands[p]
-            board = chess.Board()
-            for uci in games[g].moves[:i]:
-                board.push_uci(uci)
-            info = engine.analyse(board, chess.engine.Limit(nodes=cfg.stockfish_nodes))
-            expectation = info["score"].white().wdl(model="sf").expectation()
-            sf.append(2.0 * expectation - 1.0)
-            allie.append(float(results[g].value_white[i]))
-            outcome.append(gps[g].result)
-            decile.append(int(metrics.progress_decile([i], [gps[g].num_moves])[0]))
-    sf_a, al_a, out_a, dec_a = (np.array(x, np.float64) for x in (sf, allie, outcome, decile))
-    return {
-        "positions": int(sf_a.size),
-        "nodes": cfg.stockfish_nodes,
-        "stockfish_vs_outcome": metrics.pearson(sf_a, out_a),
-        "value_vs_outcome": metrics.pearson(al_a, out_a),
-        "value_vs_stockfish": metrics.pearson(al_a, sf_a),
-        "stockfish_by_progress": metrics.pearson_by_group(sf_a, out_a, dec_a, range(10)),
-    }
+    t = time.perf_counter()
+    kept, gps, rejected = _replay(games)
+    timings = {"rules_s": time.perf_counter() - t}
+    pos = _all_positions(kept, gps, chunk_index)
+    scores: dict[str, Scores] = {}
+    for system in systems:
+        rows = np.arange(len(pos))
+        if system.subsample:
+            eligible, selection = plan[system.name]
+            rows = _selected_rows(pos, eligible, selection)
+        asked = Positions(kept, gps, pos.game[rows], pos.ply[rows], seed=chunk_index)
+        t = time.perf_counter()
+        with _progress(len(asked), system.name, progress and system.subsample, unit="pos") as bar:
+            if system.subsample and hasattr(system, "on_batch"):
+                system.on_batch = bar.update
+            got = system.score(asked) if len(asked) else Scores.empty(0, top_k)
+        key = f"{system.name}_s" if system.subsample else f"{system.name}_pass_s"
+        timings[key] = time.perf_counter() - t
+        scores[system.name] = got.scatter(rows, len(pos), top_k)
+    table = records.chunk_table(pos, scores)
+    return table, {"games": len(kept), "games_rejected": rejected, "timings_s": timings}
 
 
 # ---------------------------------------------------------------------------------------------
-# The entry point
+# The job
 
 
-def load_games(path: str | pathlib.Path, max_games: int) -> tuple[list[Game], dict]:
-    from allie_jax.pgn import ParseStats, read_games
+def _job_settings(cfg: EvalConfig, checkpoint_name, games_file, model, systems, num_shards):
+    config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _RUN_ONLY}
+    config["num_shards"] = num_shards
+    info = {s.name: {"subsample": bool(s.subsample), **dict(s.info)} for s in systems}
+    return records._jsonable(
+        {
+            "checkpoint": checkpoint_name,
+            "games_file": games_file,
+            "config": config,
+            "model": dataclasses.asdict(model.config) if hasattr(model, "config") else None,
+            "systems": list(cfg.systems),
+            "record_systems": [s.name for s in systems],
+            "system_info": info,
+        }
+    )
 
-    stats = ParseStats()
-    games = []
-    for game in read_games(str(path), stats=stats):
-        games.append(game)
-        if len(games) >= max_games:
-            break
-    return games, {"games_read": stats.games_read, "dropped": dict(stats.dropped)}
+
+def _records_root(cfg: EvalConfig, output_dir) -> epath.Path:
+    if cfg.records_dir:
+        return epath.Path(cfg.records_dir)
+    if output_dir is not None:
+        return epath.Path(output_dir) / "records"
+    return epath.Path(tempfile.mkdtemp(prefix="allie-eval-records-"))
 
 
 def evaluate(
@@ -334,148 +285,156 @@ def evaluate(
     games_path: str | pathlib.Path,
     output_dir: str | pathlib.Path | None = None,
     config: EvalConfig = EvalConfig(),
-) -> dict:
-    """Run every offline metric; write report.json, report.md and plots when ``output_dir`` is set.
+) -> dict | None:
+    """Run this process's shard of the evaluation job, then, once every shard is complete, build
+    the report from the records (and write report.json, report.md and plots to ``output_dir``).
 
     ``checkpoint`` is a checkpoint directory, a training workdir (``load_model`` picks its best,
-    else latest, checkpoint) or an already built ``AllieModel``.
+    else latest, checkpoint) or an already built ``AllieModel``. Returns the report, or None when
+    other shards are still missing (run them, or ``--report_only`` later).
     """
     cfg = config
     t0 = time.perf_counter()
-    if isinstance(checkpoint, str | pathlib.Path):
+    num_shards, shard_index = stream.resolve_shard(cfg.num_shards, cfg.shard_index)
+    if isinstance(checkpoint, str | pathlib.Path | epath.Path):
         from allie_jax.model.checkpoint import load_model
 
-        model = load_model(checkpoint)
+        model = load_model(epath.Path(checkpoint))
         checkpoint_name = str(checkpoint)
     else:
         model, checkpoint_name = checkpoint, type(checkpoint).__name__
-    games, parse = load_games(games_path, cfg.max_games)
-    if not games:
-        raise ValueError(f"no usable game in {games_path} (parse stats: {parse})")
+    games_file = str(epath.Path(games_path)) if str(games_path) != "-" else "-"
+    max_len = min(int(model.config.max_len), vocab.MAX_SEQ_LEN)
 
-    gps: list[GamePositions] = []
-    kept: list[Game] = []
-    rejected = 0
-    with _progress(len(games), "rules", cfg.progress) as bar:
-        for g in games:
-            try:
-                gps.append(game_positions(g))
-                kept.append(g)
-            except ValueError as e:
-                logging.warning("skipping game: %s", e)
-                rejected += 1
-            bar.update(1)
-    games = kept
-    scorer = CausalScorer(model, batch_size=cfg.batch_size)
+    ctx = SystemContext(model=model, config=cfg, options=dict(cfg.system_options))
+    names = ["policy"] + [s for s in cfg.systems if s != "policy"]
+    systems = make_systems(names, ctx)
+    if cfg.stockfish:
+        from allie_jax.eval.systems import StockfishSystem
 
-    t_pass = time.perf_counter()
-    results = _score_all(scorer, games, gps, desc="policy", cfg=cfg)
-    pass_s = time.perf_counter() - t_pass
-    covered = [len(r.pred) for r in results]
-    acc = accuracy_positions(gps, covered, cfg)
-    policy_correct = (
-        np.array([results[g].pred[i] for g, i in zip(acc.game, acc.ply, strict=True)], np.int32)
-        == acc.human
-    )
+        systems.append(StockfishSystem(cfg.stockfish, nodes=cfg.stockfish_nodes))
 
-    report: dict = {"move_accuracy": {}}
-    timings = {"policy_pass_s": pass_s}
-    if "policy" in cfg.systems:
-        report["move_accuracy"]["policy"] = {
-            **accuracy_block(policy_correct, acc.mover_elo, acc.special),
-            "subsample": False,
-        }
-    from allie_jax.eval.systems import Positions, SystemContext, make_systems
-
-    others = [s for s in cfg.systems if s != "policy"]
-    context = SystemContext(model=model, config=cfg, options=dict(cfg.system_options))
-    systems = make_systems(others, context) if others else []  # policy alone (make demo)
-    everywhere = Positions(games, gps, acc.game, acc.ply, seed=cfg.seed)
-    sub = np.zeros(0, int)
-    if any(s.subsample for s in systems) and cfg.search_positions > 0 and acc.game.size:
-        rng = np.random.default_rng(cfg.seed)
-        sub = np.sort(
-            rng.choice(acc.game.size, size=min(cfg.search_positions, acc.game.size), replace=False)
+    # the subsamples: chosen over the whole input, so every shard takes its share of the same set
+    timings: dict[str, float] = {}
+    plan: dict[str, tuple] = {}
+    t = time.perf_counter()
+    wanted = {s.name for s in systems if s.subsample}
+    search = search_eligible(cfg, max_len)
+    if wanted - {"stockfish"}:
+        sel = stream.choose(
+            stream.game_stream(games_path, cfg.max_games, ParseStats()),
+            search,
+            cfg.search_count,
+            salt="search",
+            seed=cfg.seed,
         )
-    for system in systems:
-        rows = sub if system.subsample else np.arange(acc.game.size)
-        if system.subsample and not rows.size:
-            continue
-        t = time.perf_counter()
-        with _progress(rows.size, system.name, cfg.progress, unit="pos") as bar:
-            system.on_batch = bar.update if hasattr(system, "on_batch") else None
-            scores = system.score(
-                Positions(games, gps, everywhere.game[rows], everywhere.ply[rows], seed=cfg.seed)
-            )
-        key = f"{system.name}_s" if system.subsample else f"{system.name}_pass_s"
-        timings[key] = time.perf_counter() - t
-        correct = scores.top1 == acc.human[rows]
-        block = {
-            **accuracy_block(
-                correct, acc.mover_elo[rows], {k: v[rows] for k, v in acc.special.items()}
-            ),
-            "subsample": bool(system.subsample),
-            **dict(system.info),
-        }
-        if system.subsample:
-            block["policy_same_positions"] = metrics.rate(policy_correct[rows])
-            block["mean_sims"] = float(scores.num_sims.mean()) if rows.size else math.nan
-        report["move_accuracy"][system.name] = block
+        plan.update({n: (search, sel) for n in wanted - {"stockfish"}})
+    if "stockfish" in wanted:
+        value = value_eligible(max_len)
+        sel = stream.choose(
+            stream.game_stream(games_path, cfg.max_games, ParseStats()),
+            value,
+            cfg.stockfish_positions,
+            salt="stockfish",
+            seed=cfg.seed,
+        )
+        plan["stockfish"] = (value, sel)
+    timings["selection_s"] = time.perf_counter() - t
 
-    report["legal"] = {"human": legal_block(results, gps, cfg.seed)}
-    if cfg.random_games:
+    job = _job_settings(cfg, checkpoint_name, games_file, model, systems, num_shards)
+    root = _records_root(cfg, output_dir)
+    store = records.ShardStore(root, shard_index, num_shards, job)
+    done = store.open()
+
+    stats = ParseStats()
+    per_shard = -(-cfg.max_games // num_shards)
+    with _progress(per_shard, f"shard {shard_index}/{num_shards}", cfg.progress) as bar:
+        for index, chunk in stream.chunks(
+            stream.game_stream(games_path, cfg.max_games, stats),
+            num_shards,
+            shard_index,
+            cfg.chunk_games,
+        ):
+            if index < done:  # committed by an earlier run
+                bar.update(len(chunk))
+                continue
+            table, info = score_chunk(
+                chunk, systems, plan, chunk_index=index, top_k=cfg.top_k, progress=cfg.progress
+            )
+            store.commit_chunk(index, table, info)
+            rate = table.num_rows / max(sum(info["timings_s"].values()), 1e-9)
+            logging.info("chunk %d: %d games, %.0f positions/s", index, len(chunk), rate)
+            bar.update(len(chunk))
+    if stats.games_ok == 0:
+        raise ValueError(f"no usable game in {games_path} (parse stats: {stats.to_dict()})")
+
+    extras = store.manifest["extras"]
+    if shard_index == 0 and cfg.random_games and "random" not in extras:
+        t = time.perf_counter()
         rng = np.random.default_rng(cfg.seed)
         rgames = [random_game(rng) for _ in range(cfg.random_games)]
         rgps = [game_positions(g) for g in rgames]
-        rresults = _score_all(scorer, rgames, rgps, desc="random", cfg=cfg)
-        report["legal"]["random"] = legal_block(rresults, rgps, cfg.seed)
-        report["legal"]["random_games"] = len(rgames)
-    report["think_time"] = think_time_block(results, gps)
-    report["resign"] = resign_block(results, gps)
-    report["value"] = value_block(results, gps)
-    if cfg.stockfish:
-        report["value"]["stockfish"] = stockfish_block(cfg.stockfish, gps, games, results, cfg)
-
-    if cfg.calibration_pgn:
+        pos = _all_positions(rgames, rgps, 0)
+        table = records.chunk_table(pos, {"policy": systems[0].score(pos)})
+        store.commit_extra("random", records.RANDOM, records.table_bytes(table))
+        timings["random_s"] = time.perf_counter() - t
+    if shard_index == 0 and cfg.calibration_pgn and "calibration" not in extras:
         from allie_jax.eval.calibration import calibration_from_pgn
 
-        table = calibration_from_pgn(cfg.calibration_pgn, cfg.calibration_systems)
-        report["calibration"] = table.to_dict()
+        table = calibration_from_pgn(str(epath.Path(cfg.calibration_pgn)), cfg.calibration_systems)
+        data = json.dumps(records._jsonable(table.to_dict()), sort_keys=True).encode()
+        store.commit_extra("calibration", records.CALIBRATION, data)
+    store.finish(
+        {
+            "parse": {"games_read": stats.games_read, "dropped": dict(stats.dropped)},
+            "timings_s": timings,
+        }
+    )
+    logging.info("shard %d/%d done in %.1f s", shard_index, num_shards, time.perf_counter() - t0)
 
-    positions = sum(covered)
-    report["meta"] = {
-        "checkpoint": checkpoint_name,
-        "games_file": str(games_path),
-        "games": len(games),
-        "games_rejected": rejected,
-        **parse,
-        "positions_scored": positions,
-        "positions_truncated": sum(gp.num_moves + 1 for gp in gps) - positions,
-        "systems": list(cfg.systems),
-        "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress",)},
-        "model": dataclasses.asdict(model.config),
-        "accuracy_rule": (
-            f"top-1 of the legal policy vs the human move; plies < {cfg.min_ply} and moves made "
-            f"with < {cfg.min_clock:g} s on the mover's clock excluded"
-        ),
-        "timings_s": timings,
-        "policy_positions_per_s": positions / pass_s if pass_s > 0 else math.nan,
-        "elapsed_s": time.perf_counter() - t0,
-    }
+    if num_shards > 1 and cfg.num_shards is None:  # jax.distributed: wait for every process
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("allie_jax.eval: records complete")
+        if shard_index != 0:
+            return None
+    if not records.shards_complete(root):
+        return None
+    return report_from_records(root, output_dir, plots=cfg.plots)
+
+
+def report_from_records(
+    records_dir,
+    output_dir=None,
+    *,
+    filter: str | None = None,
+    plots: bool = True,
+) -> dict:
+    """The report from a records directory alone (every shard complete); ``filter`` keeps the
+    matching rows (``records.parse_filter``). Writes report.json / report.md / plots when
+    ``output_dir`` is set."""
+    from allie_jax.eval.summarize import build_report
+
+    recs = records.load_records(records_dir, filter=filter)
+    report = build_report(recs, filter=filter)
     if output_dir is not None:
-        write_outputs(report, output_dir, plots=cfg.plots)
+        write_outputs(report, output_dir, plots=plots)
     return report
 
 
-def write_outputs(report: dict, output_dir: str | pathlib.Path, *, plots: bool = True) -> None:
+def write_outputs(report: dict, output_dir, *, plots: bool = True) -> None:
     from allie_jax.eval.report import to_markdown
 
-    out = pathlib.Path(output_dir)
+    out = epath.Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     if plots:
         from allie_jax.eval.plots import write_plots
 
-        report.setdefault("meta", {})["plots"] = write_plots(report, out)
+        with tempfile.TemporaryDirectory() as tmp:  # matplotlib writes local files
+            names = write_plots(report, pathlib.Path(tmp))
+            for name in names:
+                (out / name).write_bytes((pathlib.Path(tmp) / name).read_bytes())
+        report.setdefault("meta", {})["plots"] = names
     (out / "report.json").write_text(
         json.dumps(_jsonable(report), indent=2, allow_nan=False) + "\n"
     )

@@ -96,13 +96,51 @@ class GamePositions:
         return mask
 
     def accuracy_mask(self, *, min_ply: int = 10, min_clock: float = 30.0) -> np.ndarray:
-        """Positions counted for move matching: after the first ``min_ply`` plies, and not under time
-        pressure (mover's clock < ``min_clock`` s). A game without clocks keeps all its later plies:
-        the time-pressure rule cannot be applied to it.
-        """
+        """Positions counted for move matching (``protocol_mask`` over this game's moves)."""
         ply = np.arange(self.num_moves)
-        low_clock = np.nan_to_num(self.clock_before, nan=np.inf) < min_clock
-        return (ply >= min_ply) & ~low_clock
+        return protocol_mask(ply, self.num_moves, self.clock_before, min_ply, min_clock)
+
+
+def protocol_mask(
+    ply: np.ndarray,
+    num_moves: np.ndarray | int,
+    clock_before: np.ndarray,
+    min_ply: int = 10,
+    min_clock: float = 30.0,
+) -> np.ndarray:
+    """The move-matching protocol: a human move was made, after the first ``min_ply`` plies, and not
+    under time pressure (mover's clock < ``min_clock`` s). A position without a clock keeps its
+    place: the time-pressure rule cannot be applied to it. Used on games and on records alike."""
+    ply = np.asarray(ply)
+    low_clock = np.nan_to_num(np.asarray(clock_before, np.float64), nan=np.inf) < min_clock
+    return (ply < np.asarray(num_moves)) & (ply >= min_ply) & ~low_clock
+
+
+def clock_before_moves(game: Game) -> np.ndarray:
+    """float64 [N]: the mover's clock before each move, seconds (nan unknown): the base time for
+    each side's first move, then the clock the mover had left after their previous move."""
+    n = len(game.moves)
+    clock_before = np.full(n, np.nan)
+    if game.clocks is None:
+        return clock_before
+    start = initial_clock(game.time_control)
+    clocks = np.asarray(game.clocks, dtype=np.float64)
+    clocks = np.where(clocks >= 0, clocks, np.nan)  # NO_TIME marks a missing [%clk]
+    for i in range(n):
+        clock_before[i] = start if i < 2 else (clocks[i - 2] if i - 2 < len(clocks) else np.nan)
+    return clock_before
+
+
+def header_length(game: Game) -> int:
+    """Tokens before the first move: two Elos and the time control, or <BOS> and the time control
+    when an Elo is missing (``game.header_tokens``)."""
+    return 3 if game.white_elo is not None and game.black_elo is not None else 2
+
+
+def context_positions(game: Game, max_len: int) -> int:
+    """Positions 0..K−1 of ``game`` that a model with ``max_len`` tokens scores (final board
+    included when it fits)."""
+    return min(len(game.moves) + 1, max_len - header_length(game) + 1)
 
 
 def game_positions(game: Game) -> GamePositions:
@@ -139,13 +177,7 @@ def game_positions(game: Game) -> GamePositions:
     mover_elo = np.array(
         [np.nan if elos[i % 2] is None else float(elos[i % 2]) for i in range(n)], dtype=np.float64
     )
-    clock_before = np.full(n, np.nan)
-    start = initial_clock(game.time_control)
-    if game.clocks is not None:
-        clocks = np.asarray(game.clocks, dtype=np.float64)
-        clocks = np.where(clocks >= 0, clocks, np.nan)  # NO_TIME marks a missing [%clk]
-        for i in range(n):
-            clock_before[i] = start if i < 2 else (clocks[i - 2] if i - 2 < len(clocks) else np.nan)
+    clock_before = clock_before_moves(game)
     think = np.full(n, NO_TIME, dtype=np.float64)
     if game.think_times is not None:
         tt = np.asarray(game.think_times, dtype=np.float64)[:n]

@@ -12,6 +12,7 @@ and carries segment id 0.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator, Sequence
 
 import jax
@@ -50,6 +51,16 @@ def num_positions(num_tokens: int, header_len: int) -> int:
     return num_tokens - header_len + 1
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(graphdef, state, tokens, segment_ids):
+    """Log-probabilities, value and think time at every token (one program per model structure
+    and shape, shared by every scorer of the process)."""
+    m = nnx.merge(graphdef, state)
+    out = m(tokens, segment_ids=segment_ids, deterministic=True)
+    logp = jax.nn.log_softmax(out.policy_logits.astype(jnp.float32), axis=-1)
+    return logp, out.value, denormalize_think_time(out.time)
+
+
 class CausalScorer:
     """Batched, jit-compiled causal passes of one model; see the module docstring."""
 
@@ -57,17 +68,7 @@ class CausalScorer:
         self.batch_size = batch_size
         self.bucket = bucket
         self.max_len = min(int(model.config.max_len), vocab.MAX_SEQ_LEN)
-        graphdef, state = nnx.split(model)
-        self._state = state
-
-        @jax.jit
-        def forward(state, tokens, segment_ids):
-            m = nnx.merge(graphdef, state)
-            out = m(tokens, segment_ids=segment_ids, deterministic=True)
-            logp = jax.nn.log_softmax(out.policy_logits.astype(jnp.float32), axis=-1)
-            return logp, out.value, denormalize_think_time(out.time)
-
-        self._forward = forward
+        self._graphdef, self._state = nnx.split(model)
 
     def padded_len(self, n: int) -> int:
         return min(self.max_len, -(-n // self.bucket) * self.bucket)
@@ -82,7 +83,9 @@ class CausalScorer:
         for b, r in enumerate(rows):
             tokens[b, : len(r)] = r
             segments[b, : len(r)] = 1
-        logp, value, time_s = self._forward(self._state, jnp.asarray(tokens), jnp.asarray(segments))
+        logp, value, time_s = _forward(
+            self._graphdef, self._state, jnp.asarray(tokens), jnp.asarray(segments)
+        )
         return np.asarray(logp), np.asarray(value), np.asarray(time_s)
 
     def score(

@@ -122,6 +122,18 @@ class Scores:
     def __len__(self) -> int:
         return int(self.scored.size)
 
+    def scatter(self, rows: np.ndarray, total: int, k: int | None = None) -> Scores:
+        """These rows placed at ``rows`` of ``total`` (the others unscored)."""
+        out = Scores.empty(total, k or self.top_moves.shape[1])
+        for f in dataclasses.fields(self):
+            src, dst = getattr(self, f.name), getattr(out, f.name)
+            if src.ndim == 2:
+                w = min(src.shape[1], dst.shape[1])
+                dst[rows, :w] = src[:, :w]
+            else:
+                dst[rows] = src
+        return out
+
     @property
     def top1(self) -> np.ndarray:
         """int32 [P]: the system's move (−1 where none): what move matching compares."""
@@ -285,6 +297,42 @@ class SearchSystem:
                 out.resign[p] = res.resign[b]
             if self.on_batch is not None:
                 self.on_batch(n)
+        return out
+
+
+class StockfishSystem:
+    """Stockfish as an oracle (``--stockfish PATH``): its WDL expectation at fixed nodes as the
+    value (White's view, in [−1, 1]) and its best move as the top move, on its own seeded
+    subsample of positions."""
+
+    subsample = True
+    name = "stockfish"
+
+    def __init__(self, path: str, *, nodes: int = 20_000):
+        self.path = path
+        self.nodes = nodes
+        self.info = {"nodes": nodes}
+
+    def score(self, positions: Positions) -> Scores:
+        import chess
+        import chess.engine
+
+        out = Scores.empty(len(positions), 1)
+        human = positions.human_move()
+        with chess.engine.SimpleEngine.popen_uci(self.path) as engine:
+            for p in range(len(positions)):
+                board = chess.Board()
+                for uci in positions.games[int(positions.game[p])].moves[: int(positions.ply[p])]:
+                    board.push_uci(uci)
+                info = engine.analyse(board, chess.engine.Limit(nodes=self.nodes))
+                out.value[p] = 2.0 * info["score"].white().wdl(model="sf").expectation() - 1.0
+                if info.get("pv"):
+                    out.top_moves[p, 0] = vocab.MOVE_TO_ID[info["pv"][0].uci()]
+                    out.top_probs[p, 0] = 1.0
+                out.p_human[p] = float(out.top_moves[p, 0] == human[p]) if human[p] >= 0 else np.nan
+                out.top_legal[p] = True
+                out.invalid_mass[p] = 0.0
+                out.scored[p] = True
         return out
 
 

@@ -1,0 +1,460 @@
+"""Per-position evaluation records: one Parquet row per position, committed chunk by chunk.
+
+Layout of a records directory (the schema is documented in docs/records.md)::
+
+    RECORDS/shard-00000-of-00002/manifest.json       what is committed, and the job's settings
+    RECORDS/shard-00000-of-00002/chunk-000000.parquet one file per chunk of games
+    RECORDS/shard-00000-of-00002/random.parquet       shard 0: random games (legality check)
+    RECORDS/shard-00000-of-00002/calibration.json     shard 0: skill calibration table
+
+A chunk is committed by writing its file under a temporary name, renaming it, then rewriting the
+manifest (also write-then-rename) with the chunk listed. A restarted shard trusts only the
+manifest, deletes files it does not list, and recomputes the rest; since a chunk's bytes depend
+only on its games and the settings, the final files are byte-identical to an uninterrupted run.
+Every path goes through ``etils.epath``, so records may live on GCS or S3.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import io
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from etils import epath
+
+from allie_jax import vocab
+from allie_jax.eval.positions import SPECIAL_MOVES
+from allie_jax.eval.systems import Positions, Scores
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+RANDOM = "random.parquet"
+CALIBRATION = "calibration.json"
+SYSTEM_FIELDS = (
+    "scored",
+    "top_moves",
+    "top_probs",
+    "p_human",
+    "think_time",
+    "value",
+    "top_legal",
+    "invalid_mass",
+    "num_sims",
+    "resign",
+)
+_UCI = np.array([vocab.decode_move(i) for i in range(vocab.NUM_MOVES)], dtype=object)
+
+
+class RecordsError(ValueError):
+    """A records directory that cannot be used (missing shards, another job's records...)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Rows
+
+
+def _nullable(values: np.ndarray, null: np.ndarray, type_: pa.DataType) -> pa.Array:
+    return pa.array(values, type=type_, mask=np.asarray(null, bool))
+
+
+def base_columns(pos: Positions) -> dict[str, pa.Array]:
+    """The position's own facts, the same for every system (see docs/records.md)."""
+    g, ply = pos.game, pos.ply
+    games = [pos.games[int(i)] for i in g]
+    gps = [pos.gps[int(i)] for i in g]
+    num_moves = np.array([gp.num_moves for gp in gps], np.int32)
+    moving = ply < num_moves
+    safe = np.minimum(ply, np.maximum(num_moves - 1, 0))
+
+    def per_move(field: str, dtype) -> np.ndarray:
+        return np.array(
+            [getattr(gp, field)[j] if m else 0 for gp, j, m in zip(gps, safe, moving, strict=True)],
+            dtype,
+        )
+
+    human = pos.human_move()
+    clock = per_move("clock_before", np.float64)
+    think = per_move("think_time", np.float64)
+    elo = lambda xs: pa.array(xs, type=pa.int32())  # noqa: E731 (None stays null)
+    cols: dict[str, pa.Array] = {
+        "game_id": pa.array([x.game_id for x in games], pa.string()),
+        "ply": pa.array(ply, pa.int32()),
+        "num_moves": pa.array(num_moves, pa.int32()),
+        "white_elo": elo([x.white_elo for x in games]),
+        "black_elo": elo([x.black_elo for x in games]),
+        "time_control": pa.array([x.time_control for x in games], pa.string()),
+        "clock_before": _nullable(clock, ~moving | np.isnan(clock), pa.float32()),
+        "human_move": pa.array([_UCI[h] if h >= 0 else None for h in human], pa.string()),
+        "human_think_time": _nullable(think, ~moving | (think < 0), pa.float32()),
+        "in_check": pa.array([gp.in_check[j] for gp, j in zip(gps, ply, strict=True)], pa.bool_()),
+        "num_legal": pa.array(
+            [len(gp.legal_ids[j]) for gp, j in zip(gps, ply, strict=True)], pa.int32()
+        ),
+    }
+    for k in SPECIAL_MOVES:
+        flags = np.array(
+            [gp.special[k][j] and m for gp, j, m in zip(gps, safe, moving, strict=True)], bool
+        )
+        cols[k] = pa.array(flags, pa.bool_())
+    result = np.array([np.nan if x.result is None else x.result for x in games], np.float64)
+    cols["result"] = _nullable(result, np.isnan(result), pa.float32())
+    cols["termination"] = pa.array([x.termination for x in games], pa.string())
+    cols["resigned"] = pa.array([gp.resigned for gp in gps], pa.bool_())
+    cols["loser_to_move"] = pa.array([gp.loser_to_move for gp in gps], pa.bool_())
+    return cols
+
+
+def system_columns(name: str, scores: Scores) -> dict[str, pa.Array]:
+    """``{name}.{field}`` columns; every field is null where the system did not score the row."""
+    null = ~scores.scored
+    counts = np.where(null, 0, (scores.top_moves >= 0).sum(axis=1)).astype(np.int32)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    keep = np.arange(scores.top_moves.shape[1])[None, :] < counts[:, None]
+    moves = pa.array(_UCI[scores.top_moves[keep]].tolist(), pa.string())
+    probs = pa.array(scores.top_probs[keep].astype(np.float32), pa.float32())
+    mask = pa.array(null)
+    cols = {
+        "scored": pa.array(scores.scored, pa.bool_()),
+        "top_moves": pa.ListArray.from_arrays(pa.array(offsets), moves, mask=mask),
+        "top_probs": pa.ListArray.from_arrays(pa.array(offsets), probs, mask=mask),
+        "p_human": _nullable(scores.p_human, null | np.isnan(scores.p_human), pa.float32()),
+        "think_time": _nullable(
+            scores.think_time, null | np.isnan(scores.think_time), pa.float32()
+        ),
+        "value": _nullable(scores.value, null | np.isnan(scores.value), pa.float32()),
+        "top_legal": _nullable(scores.top_legal, null, pa.bool_()),
+        "invalid_mass": _nullable(
+            scores.invalid_mass, null | np.isnan(scores.invalid_mass), pa.float32()
+        ),
+        "num_sims": _nullable(scores.num_sims, null, pa.int32()),
+        "resign": _nullable(scores.resign, null, pa.bool_()),
+    }
+    return {f"{name}.{k}": v for k, v in cols.items()}
+
+
+def chunk_table(pos: Positions, scores: Mapping[str, Scores]) -> pa.Table:
+    cols = base_columns(pos)
+    for name, sc in scores.items():
+        if len(sc) != len(pos):
+            raise ValueError(f"system {name!r} returned {len(sc)} rows for {len(pos)} positions")
+        cols.update(system_columns(name, sc))
+    return pa.table(cols)
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    """Parquet bytes of a table (zstd; the same table always gives the same bytes)."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_statistics=True)
+    return buf.getvalue()
+
+
+def read_table(path: epath.Path) -> pa.Table:
+    return pq.read_table(io.BytesIO(epath.Path(path).read_bytes()))
+
+
+# ------------------------------------------------------------------------------------------------
+# One shard's directory: commit, resume
+
+
+def shard_dirname(shard_index: int, num_shards: int) -> str:
+    return f"shard-{shard_index:05d}-of-{num_shards:05d}"
+
+
+def _atomic_write(path: epath.Path, data: bytes) -> None:
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+@dataclasses.dataclass
+class ShardStore:
+    """A shard's records directory and its manifest (the only source of truth on restart)."""
+
+    root: epath.Path
+    shard_index: int
+    num_shards: int
+    job: dict  # settings that must match for a restart to reuse committed chunks
+
+    def __post_init__(self) -> None:
+        self.root = epath.Path(self.root)
+        self.dir = self.root / shard_dirname(self.shard_index, self.num_shards)
+        self.manifest: dict[str, Any] = {
+            "format": FORMAT,
+            "shard_index": self.shard_index,
+            "num_shards": self.num_shards,
+            "job": self.job,
+            "chunks": [],
+            "extras": {},
+            "complete": False,
+        }
+
+    def open(self) -> int:
+        """Create or resume the shard; returns how many chunks are already committed."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / MANIFEST
+        if path.exists():
+            old = json.loads(path.read_text())
+            new = _jsonable(self.job)
+            if old.get("job") != new:
+                diff = _differences(old.get("job", {}), new)
+                raise RecordsError(
+                    f"{self.dir} holds records of another job (settings differ: {diff}); "
+                    "use a new --records directory or delete it"
+                )
+            self.manifest = old
+            self.manifest["complete"] = False
+        listed = {c["file"] for c in self.manifest["chunks"]} | set(
+            self.manifest["extras"].values()
+        )
+        for f in self.dir.iterdir():  # uncommitted leftovers of a killed run
+            if f.name != MANIFEST and f.name not in listed:
+                f.unlink()
+        return len(self.manifest["chunks"])
+
+    @property
+    def committed(self) -> int:
+        return len(self.manifest["chunks"])
+
+    def commit_chunk(self, index: int, table: pa.Table, info: Mapping[str, Any]) -> None:
+        if index != self.committed:
+            raise RecordsError(f"chunk {index} committed out of order (next is {self.committed})")
+        name = f"chunk-{index:06d}.parquet"
+        data = table_bytes(table)
+        _atomic_write(self.dir / name, data)
+        entry = {"file": name, "rows": table.num_rows, "sha256": hashlib.sha256(data).hexdigest()}
+        self.manifest["chunks"].append({**entry, **info})
+        self._save()
+
+    def commit_extra(self, key: str, name: str, data: bytes) -> None:
+        _atomic_write(self.dir / name, data)
+        self.manifest["extras"][key] = name
+        self._save()
+
+    def finish(self, summary: Mapping[str, Any]) -> None:
+        self.manifest.update(summary)
+        self.manifest["complete"] = True
+        self._save()
+
+    def _save(self) -> None:
+        text = json.dumps(_jsonable(self.manifest), indent=1, sort_keys=True, allow_nan=False)
+        _atomic_write(self.dir / MANIFEST, text.encode())
+
+
+def _differences(a: Mapping, b: Mapping, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two nested dicts."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, Mapping) and isinstance(y, Mapping):
+            out += _differences(x, y, f"{prefix}{k}.")
+        elif x != y:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading a records directory back
+
+
+@dataclasses.dataclass
+class Records:
+    """Every shard's rows (sorted by game id and ply: the order does not depend on the sharding)."""
+
+    human: pa.Table
+    random: pa.Table | None
+    manifests: list[dict]
+    calibration: dict | None
+    root: str
+
+
+def find_records(path: str | epath.Path) -> epath.Path:
+    """``path`` itself or its ``records/`` subdirectory, whichever holds shard directories."""
+    path = epath.Path(path)
+    for cand in (path, path / "records"):
+        if cand.is_dir() and any(cand.glob("shard-*-of-*/" + MANIFEST)):
+            return cand
+    raise RecordsError(f"no evaluation records under {path} (expected shard-*-of-*/{MANIFEST})")
+
+
+def load_manifests(root: epath.Path) -> list[dict]:
+    manifests = [json.loads(p.read_text()) for p in sorted(root.glob(f"shard-*-of-*/{MANIFEST}"))]
+    counts = {m["num_shards"] for m in manifests}
+    if len(counts) != 1:
+        raise RecordsError(f"{root} mixes jobs with different shard counts {sorted(counts)}")
+    return manifests
+
+
+def shards_complete(root: epath.Path) -> bool:
+    try:
+        manifests = load_manifests(root)
+    except (RecordsError, FileNotFoundError):
+        return False
+    n = manifests[0]["num_shards"]
+    done = {m["shard_index"] for m in manifests if m.get("complete")}
+    return done == set(range(n))
+
+
+def load_records(path: str | epath.Path, *, filter: str | None = None) -> Records:
+    """Merge every shard's records; ``filter`` (``parse_filter``) keeps matching human rows."""
+    root = find_records(path)
+    manifests = load_manifests(root)
+    n = manifests[0]["num_shards"]
+    have = {m["shard_index"]: m for m in manifests}
+    missing = [k for k in range(n) if k not in have or not have[k].get("complete")]
+    if missing:
+        raise RecordsError(
+            f"{root}: shards {missing} of {n} are missing or unfinished; run them (same flags, "
+            "--shard_index K) before building the report"
+        )
+    jobs = {json.dumps(m["job"], sort_keys=True) for m in manifests}
+    if len(jobs) != 1:
+        raise RecordsError(f"{root}: shards were run with different settings")
+    tables, random, calibration = [], None, None
+    for k in range(n):
+        d = root / shard_dirname(k, n)
+        for c in have[k]["chunks"]:
+            tables.append(read_table(d / c["file"]))
+        extras = have[k].get("extras", {})
+        if "random" in extras:
+            random = read_table(d / extras["random"])
+        if "calibration" in extras:
+            calibration = json.loads((d / extras["calibration"]).read_text())
+    if tables:
+        human = pa.concat_tables(tables)
+    else:
+        raise RecordsError(f"{root}: the shards hold no records")
+    human = human.sort_by([("game_id", "ascending"), ("ply", "ascending")])
+    if filter:
+        human = human.filter(parse_filter(filter))
+    return Records(human, random, manifests, calibration, str(root))
+
+
+# ------------------------------------------------------------------------------------------------
+# --filter "white_elo >= 2000 and time_control == '180+0'"
+
+_CMP = {
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+}
+
+
+def parse_filter(text: str) -> pc.Expression:
+    """A row filter over record columns, in Python syntax: comparisons (chains allowed), ``and``,
+    ``or``, ``not``, ``in [...]``, ``is None`` / ``is not None``, arithmetic, and column names
+    (``policy.p_human`` names a system column). Anything else is rejected with the reason."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"--filter {text!r} is not an expression: {e.msg}") from e
+    return _expr(tree.body, text)
+
+
+def _name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _name(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def _expr(node: ast.AST, text: str) -> Any:
+    bad = lambda why: ValueError(f"--filter {text!r}: {why}")  # noqa: E731
+    if (name := _name(node)) is not None:
+        return pc.field(name)
+    if isinstance(node, ast.Constant):
+        return pc.scalar(node.value)
+    if isinstance(node, ast.BoolOp):
+        parts = [_expr(v, text) for v in node.values]
+        out = parts[0]
+        for p in parts[1:]:
+            out = (out & p) if isinstance(node.op, ast.And) else (out | p)
+        return out
+    if isinstance(node, ast.UnaryOp):
+        inner = _expr(node.operand, text)
+        if isinstance(node.op, ast.Not):
+            return ~inner
+        if isinstance(node.op, ast.USub):
+            return pc.negate(inner)
+        raise bad(f"unsupported operator {type(node.op).__name__}")
+    if isinstance(node, ast.BinOp):
+        ops = {ast.Add: pc.add, ast.Sub: pc.subtract, ast.Mult: pc.multiply, ast.Div: pc.divide}
+        op = ops.get(type(node.op))
+        if op is None:
+            raise bad(f"unsupported operator {type(node.op).__name__}")
+        return op(_expr(node.left, text), _expr(node.right, text))
+    if isinstance(node, ast.Compare):
+        out, left = None, node.left
+        for op, right in zip(node.ops, node.comparators, strict=True):
+            if isinstance(op, ast.In | ast.NotIn):
+                if not isinstance(right, ast.List | ast.Tuple | ast.Set):
+                    raise bad("'in' needs a literal list")
+                values = [ast.literal_eval(e) for e in right.elts]
+                term = _expr(left, text).isin(values)
+                term = ~term if isinstance(op, ast.NotIn) else term
+            elif isinstance(op, ast.Is | ast.IsNot):
+                if not (isinstance(right, ast.Constant) and right.value is None):
+                    raise bad("'is' compares with None only")
+                term = _expr(left, text).is_null()
+                term = ~term if isinstance(op, ast.IsNot) else term
+            else:
+                term = _CMP[type(op)](_expr(left, text), _expr(right, text))
+            out = term if out is None else out & term
+            left = right
+        return out
+    raise bad(f"unsupported syntax {type(node).__name__}")
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x
+
+
+def column(table: pa.Table, name: str, dtype=np.float64, fill=np.nan) -> np.ndarray:
+    """A column as numpy with nulls replaced by ``fill`` (missing column: all ``fill``)."""
+    if name not in table.column_names:
+        return np.full(table.num_rows, fill, dtype)
+    col = table.column(name)
+    if np.dtype(dtype).kind == "f":
+        col = col.cast(pa.float64())
+    if col.null_count:
+        col = pc.fill_null(col, pa.scalar(fill, col.type))
+    return col.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
+
+
+def top1(table: pa.Table, system: str) -> np.ndarray:
+    """object [R]: each row's top move of ``system`` (UCI, None where not scored or no move)."""
+    arr = table.column(f"{system}.top_moves").combine_chunks()
+    lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
+    starts = np.cumsum(lengths) - lengths
+    flat = arr.flatten().to_numpy(zero_copy_only=False)
+    out = np.full(len(arr), None, dtype=object)
+    has = lengths > 0
+    out[has] = flat[starts[has]]
+    return out
+
+
+def systems_in(table: pa.Table) -> list[str]:
+    """System names with columns in ``table`` (in column order)."""
+    names: list[str] = []
+    for c in table.column_names:
+        if c.endswith(".scored"):
+            names.append(c[: -len(".scored")])
+    return names

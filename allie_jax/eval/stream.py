@@ -1,0 +1,160 @@
+"""Games in for an evaluation job: streamed, split into shards by game id, cut into chunks, and the
+seeded position subsamples chosen so that they do not depend on the sharding.
+
+- ``game_stream``: the first ``max_games`` games of a PGN (any ``etils.epath`` path), lazily.
+- ``shard_of``: a game's shard is a hash of its id, so any number of processes (a Slurm array, a
+  Kubernetes indexed job, ``jax.distributed`` processes) split the same input the same way.
+- ``chunks``: a shard's games in consecutive chunks of ``chunk_games``; chunk k of a shard is the
+  same games on every run, which is what makes a restart resume exactly.
+- ``Selection``: a subsample of N positions is the N eligible positions with the smallest hash of
+  (seed, subsample name, game id, ply) over the whole input; its threshold comes from one cheap
+  parse-only pass, so every shard picks its share of the same global subsample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import heapq
+import io
+import pathlib
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+from etils import epath
+
+from allie_jax.game import Game
+from allie_jax.pgn import ParseStats, read_games
+
+
+def _digest(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def shard_of(game_id: str, num_shards: int) -> int:
+    """The shard (0..num_shards−1) that scores a game: a hash of its id, not its file position."""
+    return _digest("shard:" + game_id) % num_shards
+
+
+def position_hash(seed: int, salt: str, game_id: str, ply: int) -> int:
+    """A uniform 64-bit number per (seed, subsample, game, ply): the order subsamples take."""
+    return _digest(f"{seed}:{salt}:{game_id}:{ply}")
+
+
+def resolve_shard(num_shards: int | None, shard_index: int | None) -> tuple[int, int]:
+    """``(num_shards, shard_index)``: the flags when given, else one shard per ``jax.distributed``
+    process (``jax.process_count()`` / ``jax.process_index()``; 1 / 0 in a single process)."""
+    if num_shards is None:
+        if shard_index is not None:
+            raise ValueError("--shard_index needs --num_shards")
+        import jax
+
+        return jax.process_count(), jax.process_index()
+    index = 0 if shard_index is None else shard_index
+    if num_shards < 1 or not 0 <= index < num_shards:
+        raise ValueError(f"--shard_index={index} must lie in [0, --num_shards={num_shards})")
+    return num_shards, index
+
+
+def _open(path: str | pathlib.Path | epath.Path):
+    """What ``read_games`` reads: a local path as is (its own error messages name it), a remote
+    ``epath`` (gs://, s3://) as a decompressed text stream."""
+    if str(path) == "-":
+        return "-"
+    p = epath.Path(path)
+    if "://" not in str(p):
+        return str(p)
+    raw = p.open("rb")
+    name = str(p)
+    if name.endswith(".zst"):
+        import zstandard
+
+        raw = zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)
+    elif name.endswith(".bz2"):
+        import bz2
+
+        raw = bz2.BZ2File(raw)
+    text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
+    text.name = name  # type: ignore[misc]  (read_games names the input in its errors)
+    return text
+
+
+def game_stream(
+    path: str | pathlib.Path | epath.Path, max_games: int, stats: ParseStats
+) -> Iterator[Game]:
+    """The first ``max_games`` usable games of the file (bad ones counted in ``stats``)."""
+    if max_games <= 0:
+        return
+    n = 0
+    for game in read_games(_open(path), stats=stats):
+        yield game
+        n += 1
+        if n >= max_games:
+            return
+
+
+def chunks(
+    games: Iterable[Game], num_shards: int, shard_index: int, chunk_games: int
+) -> Iterator[tuple[int, list[Game]]]:
+    """``(chunk index, games)`` of one shard, ``chunk_games`` games per chunk (the last may be
+    shorter). Only one chunk is held at a time: memory does not grow with the input."""
+    chunk: list[Game] = []
+    index = 0
+    for game in games:
+        if num_shards > 1 and shard_of(game.game_id, num_shards) != shard_index:
+            continue
+        chunk.append(game)
+        if len(chunk) == chunk_games:
+            yield index, chunk
+            index, chunk = index + 1, []
+    if chunk:
+        yield index, chunk
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """Which eligible positions a subsample takes: all (``threshold`` None) or those whose
+    ``position_hash`` is at most ``threshold``."""
+
+    salt: str
+    seed: int
+    threshold: int | None  # None: every eligible position
+    size: int  # positions taken over the whole input (before sharding)
+
+    def picks(self, game_id: str, plies: np.ndarray) -> np.ndarray:
+        """bool mask over ``plies`` (eligible positions of one game)."""
+        if self.threshold is None:
+            return np.ones(len(plies), bool)
+        return np.array(
+            [position_hash(self.seed, self.salt, game_id, int(i)) <= self.threshold for i in plies],
+            bool,
+        )
+
+
+def choose(
+    games: Iterable[Game],
+    eligible: Callable[[Game], np.ndarray],
+    count: int | None,
+    *,
+    salt: str,
+    seed: int,
+) -> Selection:
+    """The subsample of ``count`` positions (None: all) among ``eligible(game)`` plies of every
+    game: one pass keeping the ``count`` smallest hashes (memory O(count))."""
+    if count is None:
+        return Selection(salt, seed, None, -1)
+    if count == 0:
+        return Selection(salt, seed, -1, 0)
+    heap: list[int] = []  # max-heap (negated) of the count smallest hashes
+    total = 0
+    for game in games:
+        for i in eligible(game):
+            total += 1
+            h = position_hash(seed, salt, game.game_id, int(i))
+            if len(heap) < count:
+                heapq.heappush(heap, -h)
+            elif h < -heap[0]:
+                heapq.heapreplace(heap, -h)
+    if total <= count:
+        return Selection(salt, seed, None, total)
+    return Selection(salt, seed, -heap[0], count)
