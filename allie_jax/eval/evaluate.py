@@ -27,6 +27,7 @@ come from the true-Elo causal pass (``policy``, always scored).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import math
@@ -314,6 +315,13 @@ def evaluate(
 
         systems.append(StockfishSystem(cfg.stockfish, nodes=cfg.stockfish_nodes))
 
+    stats = ParseStats()
+    games = stream.game_stream(games_path, cfg.max_games, stats)
+    first = next(games, None)  # an empty or unreadable input fails here, before anything is written
+    if first is None:
+        raise ValueError(f"no usable game in {games_path} (parse stats: {stats.to_dict()})")
+    games = itertools.chain([first], games)
+
     # the subsamples: chosen over the whole input, so every shard takes its share of the same set
     timings: dict[str, float] = {}
     plan: dict[str, tuple] = {}
@@ -346,11 +354,10 @@ def evaluate(
     store = records.ShardStore(root, shard_index, num_shards, job)
     done = store.open()
 
-    stats = ParseStats()
     per_shard = -(-cfg.max_games // num_shards)
     with _progress(per_shard, f"shard {shard_index}/{num_shards}", cfg.progress) as bar:
         for index, chunk in stream.chunks(
-            stream.game_stream(games_path, cfg.max_games, stats),
+            games,
             num_shards,
             shard_index,
             cfg.chunk_games,
@@ -365,9 +372,6 @@ def evaluate(
             rate = table.num_rows / max(sum(info["timings_s"].values()), 1e-9)
             logging.info("chunk %d: %d games, %.0f positions/s", index, len(chunk), rate)
             bar.update(len(chunk))
-    if stats.games_ok == 0:
-        raise ValueError(f"no usable game in {games_path} (parse stats: {stats.to_dict()})")
-
     extras = store.manifest["extras"]
     if shard_index == 0 and cfg.random_games and "random" not in extras:
         t = time.perf_counter()
