@@ -12,14 +12,23 @@ def base_config() -> ml_collections.ConfigDict:
     config.model.name = "tiny"  # a ModelConfig.named() size
     config.model.dtype = "float32"  # computation dtype; parameters stay float32
     config.model.dropout = 0.1
-    # An OpenAI GPT-2 model.safetensors to start from (SPEC §2), or "" for random init.
+    # An OpenAI GPT-2 model.safetensors to start from (SPEC §2), or "" / "scratch" for random
+    # init. Paper-size configs leave it unset: the run then asks for a path or "scratch".
     config.model.init_from_gpt2 = ""
+    # Whole-game attention kernel: auto (cuDNN flash on GPU in bf16, Pallas splash on TPU, XLA
+    # on CPU) | xla | cudnn | splash.
+    config.model.attention_impl = "auto"
+    # Activation memory in the backward pass: none | dots_saveable | full.
+    config.model.remat = "none"
 
     config.data = ml_collections.ConfigDict()
     config.data.data_dir = ""  # output of `python -m launch.prepare_data`
     config.data.seq_len = 512
     config.data.augment = True
     config.data.seed = 0
+    config.data.worker_count = 0  # grain worker processes per host (0: in the training process)
+    config.data.worker_buffer_size = 1  # batches each worker keeps ready
+    config.data.device_prefetch = 1  # batches put on the devices ahead of the step
 
     config.train = ml_collections.ConfigDict()
     config.train.seed = 0
@@ -42,16 +51,25 @@ def base_config() -> ml_collections.ConfigDict:
     config.train.checkpoint_every = 200
     config.train.keep_checkpoints = 3
     config.train.async_checkpoints = True
+    # On resume, restore the data iterators too (exact resume). A checkpoint written by a
+    # different process count cannot: set False to restart the data stream with a fresh shuffle.
+    config.train.restore_data_iterator = True
 
     # Mesh axes (data, fsdp, tensor); -1 takes the remaining devices.
     config.mesh = ml_collections.ConfigDict()
     config.mesh.data = -1
     config.mesh.fsdp = 1
     config.mesh.tensor = 1
+    # Slices (DCN) along each axis; the product > 1 builds a hybrid ICI x DCN mesh where each
+    # slice holds data x fsdp x tensor devices (put data parallelism across slices).
+    config.mesh.dcn_data = 1
+    config.mesh.dcn_fsdp = 1
+    config.mesh.dcn_tensor = 1
 
     config.distributed = ml_collections.ConfigDict()
     config.distributed.initialize = False  # call jax.distributed.initialize() (multi-host)
     config.distributed.coordinator_address = ""
     config.distributed.num_processes = 0
     config.distributed.process_id = -1
+    config.distributed.cpu_collectives = ""  # "gloo" for multi-process CPU runs (tests)
     return config

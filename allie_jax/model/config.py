@@ -15,6 +15,8 @@ import jax.numpy as jnp
 
 from allie_jax import vocab
 
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
+REMAT_POLICIES = ("none", "dots_saveable", "full")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -32,10 +34,12 @@ class ModelConfig:
     layer_norm_eps: float = 1e-5
     dtype: str = "float32"  # computation dtype; "bfloat16" for accelerators
     param_dtype: str = "float32"
-    attention_impl: str | None = (
-        None  # jax.nn.dot_product_attention implementation (None/xla/cudnn)
-    )
-    remat: bool = False  # rematerialise each block in the backward pass (saves activation memory)
+    # Whole-game attention kernel: auto (cuDNN flash on GPU in bf16/fp16, Pallas splash on TPU,
+    # XLA elsewhere), or one of xla / cudnn / splash. None (older config.json files) = auto.
+    attention_impl: str | None = "auto"
+    # Activation memory: none, dots_saveable (keep matmul outputs, recompute the rest in the
+    # backward pass), full (keep only each block's input). True/False (older files) = full/none.
+    remat: str | bool = "none"
 
     def __post_init__(self) -> None:
         if self.embed_dim % self.num_heads:
@@ -47,8 +51,30 @@ class ModelConfig:
                 raise ValueError(
                     f"{field}={getattr(self, field)!r}: expected one of {list(_DTYPES)}"
                 )
-        if self.attention_impl not in (None, "xla", "cudnn"):
-            raise ValueError(f"attention_impl={self.attention_impl!r}: expected None, xla or cudnn")
+        # Frozen: normalise the older spellings in place.
+        if self.attention_impl is None:
+            object.__setattr__(self, "attention_impl", "auto")
+        if isinstance(self.remat, bool):
+            object.__setattr__(self, "remat", "full" if self.remat else "none")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(
+                f"attention_impl={self.attention_impl!r}: expected one of {ATTENTION_IMPLS}"
+            )
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"remat={self.remat!r}: expected one of {REMAT_POLICIES}")
+
+    def resolved_attention_impl(self, backend: str) -> str:
+        """The kernel ``auto`` stands for on ``backend`` (``jax.default_backend()``).
+
+        cuDNN's flash kernel only takes 16-bit inputs, so float32 runs on GPU use XLA.
+        """
+        if self.attention_impl != "auto":
+            return self.attention_impl
+        if backend in ("gpu", "cuda", "rocm") and self.dtype in ("bfloat16", "float16"):
+            return "cudnn"
+        if backend == "tpu":
+            return "splash"
+        return "xla"
 
     @property
     def head_dim(self) -> int:

@@ -20,6 +20,30 @@ def _masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.sum(values * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
+def _per_token_terms(outputs: ModelOutputs, batch: Mapping[str, jax.Array]):
+    """{name: (per-token value, mask)} for the policy CE, accuracy, time and value errors."""
+    logits = outputs.policy_logits.astype(jnp.float32)
+    vocab_size = logits.shape[-1]
+
+    policy_mask = jnp.asarray(batch["policy_mask"], jnp.float32)
+    targets = jnp.clip(jnp.asarray(batch["policy_targets"], jnp.int32), 0, vocab_size - 1)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+
+    time_mask = jnp.asarray(batch["time_mask"], jnp.float32)
+    seconds = jnp.asarray(batch["time_targets"], jnp.float32)
+    time_target = game.normalize_think_time(jnp.where(time_mask > 0, seconds, 0.0))
+
+    value_mask = jnp.asarray(batch["value_mask"], jnp.float32)
+    value_target = jnp.where(value_mask > 0, jnp.asarray(batch["value_targets"], jnp.float32), 0.0)
+    return {
+        "policy_loss": (ce, policy_mask),
+        "policy_accuracy": (correct, policy_mask),
+        "time_loss": (jnp.square(outputs.time - time_target), time_mask),
+        "value_loss": (jnp.square(outputs.value - value_target), value_mask),
+    }
+
+
 def loss_fn(
     outputs: ModelOutputs,
     batch: Mapping[str, jax.Array],
@@ -33,33 +57,31 @@ def loss_fn(
     """
     if len(weights) != 3:
         raise ValueError(f"weights must be (policy, time, value), got {weights!r}")
+    terms = _per_token_terms(outputs, batch)
+    metrics = {name: _masked_mean(values, mask) for name, (values, mask) in terms.items()}
+    metrics["loss"] = combine(metrics, weights)
+    metrics["policy_tokens"] = jnp.sum(terms["policy_loss"][1])
+    return metrics["loss"], metrics
+
+
+def combine(losses: Mapping[str, jax.Array | float], weights: Sequence[float]):
+    """The training objective from its three parts (one definition for training and validation)."""
     w_policy, w_time, w_value = weights
-    logits = outputs.policy_logits.astype(jnp.float32)
-    vocab_size = logits.shape[-1]
+    return (
+        w_policy * losses["policy_loss"]
+        + w_time * losses["time_loss"]
+        + w_value * losses["value_loss"]
+    )
 
-    policy_mask = jnp.asarray(batch["policy_mask"], jnp.float32)
-    targets = jnp.clip(jnp.asarray(batch["policy_targets"], jnp.int32), 0, vocab_size - 1)
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-    policy_loss = _masked_mean(ce, policy_mask)
-    correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
-    policy_accuracy = _masked_mean(correct, policy_mask)
 
-    time_mask = jnp.asarray(batch["time_mask"], jnp.float32)
-    seconds = jnp.asarray(batch["time_targets"], jnp.float32)
-    time_target = game.normalize_think_time(jnp.where(time_mask > 0, seconds, 0.0))
-    time_loss = _masked_mean(jnp.square(outputs.time - time_target), time_mask)
+def loss_sums(outputs: ModelOutputs, batch: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+    """Masked sums and label counts (``<name>_sum``, ``<name>_count``) of every loss term.
 
-    value_mask = jnp.asarray(batch["value_mask"], jnp.float32)
-    value_target = jnp.where(value_mask > 0, jnp.asarray(batch["value_targets"], jnp.float32), 0.0)
-    value_loss = _masked_mean(jnp.square(outputs.value - value_target), value_mask)
-
-    loss = w_policy * policy_loss + w_time * time_loss + w_value * value_loss
-    metrics = {
-        "loss": loss,
-        "policy_loss": policy_loss,
-        "time_loss": time_loss,
-        "value_loss": value_loss,
-        "policy_accuracy": policy_accuracy,
-        "policy_tokens": jnp.sum(policy_mask),
-    }
-    return loss, metrics
+    Validation adds these over batches and divides once, so the result is the mean over every
+    labelled position whatever the batching, and all-padding rows (mask 0) change nothing.
+    """
+    out = {}
+    for name, (values, mask) in _per_token_terms(outputs, batch).items():
+        out[f"{name}_sum"] = jnp.sum(values * mask)
+        out[f"{name}_count"] = jnp.sum(mask)
+    return out

@@ -6,8 +6,10 @@ Layout choices, and why:
   converters reshape GPT-2's fused matrices.
 - Every path (whole games, KV-cache extension, search paths) runs the same blocks; they differ
   only in which keys a query may see, so they agree to float32 rounding.
-- Attention goes through ``jax.nn.dot_product_attention`` with an explicit boolean mask, which
-  expresses causal + per-game (segment) masking for packed rows, cache lengths and search paths.
+- Whole games go through the kernel ``config.attention_impl`` picks (``model/attention.py``:
+  cuDNN flash on GPU, Pallas splash on TPU, XLA elsewhere), with segment ids rather than a mask
+  where the kernel takes them. The cache and search paths, whose keys are not one causal row, go
+  through ``jax.nn.dot_product_attention`` with an explicit boolean mask.
 - Dropout is applied to the embeddings and the residual branches (GPT-2's ``embd_pdrop`` and
   ``resid_pdrop``); fused attention has no dropout on the attention probabilities.
 """
@@ -23,11 +25,24 @@ import jax.numpy as jnp
 from flax import nnx
 
 from allie_jax import vocab
+from allie_jax.model import attention as attn
 from allie_jax.model import sharding as sh
 from allie_jax.model.config import ModelConfig
 from allie_jax.model.kv_cache import KVCache
 
 Array = jax.Array
+
+
+def _dtype_name(dtype) -> str:
+    return jnp.dtype(dtype).name
+
+
+# What the backward pass keeps of each block (``config.remat``); the rest is recomputed.
+REMAT_POLICY = {
+    "none": None,
+    "full": None,  # nothing saved but the block's input
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+}
 
 
 @flax.struct.dataclass
@@ -95,7 +110,9 @@ class Attention(nnx.Module):
         self.out = _param(rngs, w_out, (n, h, d), (sh.HEADS, sh.HEAD_DIM, sh.EMBED), pd)
         self.out_bias = _param(rngs, _zeros, (d,), (sh.EMBED,), pd)
         self.dtype = cfg.compute_dtype
-        self.impl = cfg.attention_impl
+        # Masked paths (cache, search) only use cuDNN when asked for explicitly.
+        self.impl = "cudnn" if cfg.attention_impl == "cudnn" else "xla"
+        self.games_impl = cfg.attention_impl
 
     def project(self, x: Array) -> tuple[Array, Array, Array]:
         """Queries, keys, values ``[B, T, heads, head_dim]``."""
@@ -117,6 +134,23 @@ class Attention(nnx.Module):
         out = jax.nn.dot_product_attention(
             q, k.astype(dt), v.astype(dt), mask=mask, implementation=self.impl
         )
+        return self.output(out)
+
+    def attend_games(self, q: Array, k: Array, v: Array, segment_ids: Array | None) -> Array:
+        """Causal attention within each segment of the row (no segments: plain causal)."""
+        impl = self.games_impl
+        if impl == "auto":
+            impl = self.resolved_impl()
+        return self.output(attn.game_attention(impl, q, k, v, segment_ids))
+
+    def resolved_impl(self) -> str:
+        return ModelConfig(
+            dtype=_dtype_name(self.dtype), attention_impl="auto"
+        ).resolved_attention_impl(jax.default_backend())
+
+    def output(self, out: Array) -> Array:
+        dt = self.dtype
+        out = sh.constrain(out, (sh.BATCH, sh.LENGTH, sh.HEADS, sh.HEAD_DIM))
         y = jnp.einsum("btnh,nhd->btd", out, self.out[...].astype(dt))
         return y + self.out_bias[...].astype(dt)
 
@@ -155,13 +189,17 @@ class Block(nnx.Module):
         self, x: Array, q: Array, k: Array, v: Array, mask: Array, deterministic: bool
     ) -> Array:
         """The rest of the block once the caller has chosen the keys ``k, v`` and their mask."""
-        x = x + self.dropout(self.attn.attend(q, k, v, mask), deterministic=deterministic)
-        x = x + self.dropout(self.mlp(self.ln_2(x)), deterministic=deterministic)
-        return sh.constrain(x, (sh.BATCH, sh.LENGTH, sh.EMBED))
+        return self._rest(x, self.attn.attend(q, k, v, mask), deterministic)
 
-    def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+    def _rest(self, x: Array, attended: Array, deterministic: bool) -> Array:
+        x = x + self.dropout(attended, deterministic=deterministic)
+        x = x + self.dropout(self.mlp(self.ln_2(x)), deterministic=deterministic)
+        return sh.constrain(x, (sh.BATCH, sh.LENGTH, sh.ACT_EMBED))
+
+    def __call__(self, x: Array, segment_ids: Array | None, deterministic: bool) -> Array:
+        """One block over whole (packed) games."""
         q, k, v = self.attention_inputs(x)
-        return self.finish(x, q, k, v, mask, deterministic)
+        return self._rest(x, self.attn.attend_games(q, k, v, segment_ids), deterministic)
 
 
 def positions_from_segments(segment_ids: Array) -> Array:
@@ -206,7 +244,7 @@ class AllieModel(nnx.Module):
         x = jnp.where((tokens >= cfg.vocab_size)[..., None], elo, tok)
         x = x + self.wpe[...][jnp.clip(positions, 0, cfg.max_len - 1)]
         x = self.embed_dropout(x, deterministic=deterministic)
-        return sh.constrain(x.astype(cfg.compute_dtype), (sh.BATCH, sh.LENGTH, sh.EMBED))
+        return sh.constrain(x.astype(cfg.compute_dtype), (sh.BATCH, sh.LENGTH, sh.ACT_EMBED))
 
     def heads(self, x: Array) -> ModelOutputs:
         """Final LayerNorm, tied policy logits and the two scalar heads, all returned in float32."""
@@ -234,22 +272,20 @@ class AllieModel(nnx.Module):
     ) -> ModelOutputs:
         """One causal pass; with ``segment_ids`` packed games never attend to each other."""
         b, t = tokens.shape
-        if segment_ids is None:
-            segment_ids = jnp.ones((b, t), jnp.int32)
-            if positions is None:
-                positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-        elif positions is None:
-            positions = positions_from_segments(segment_ids)
-        causal = jnp.tril(jnp.ones((t, t), bool))
-        same = segment_ids[:, :, None] == segment_ids[:, None, :]
-        mask = (causal[None] & same)[:, None]
+        if positions is None:
+            positions = (
+                jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+                if segment_ids is None
+                else positions_from_segments(segment_ids)
+            )
         x = self.embed(tokens, positions, deterministic)
 
         def run_block(block: Block, x: Array) -> Array:
-            return block(x, mask, deterministic)
+            return block(x, segment_ids, deterministic)
 
-        if self.config.remat:
-            run_block = nnx.remat(run_block)
+        policy = REMAT_POLICY[self.config.remat]
+        if self.config.remat != "none":
+            run_block = nnx.remat(run_block, policy=policy)
         for block in self.blocks:
             x = run_block(block, x)
         return self.heads(x)

@@ -11,14 +11,16 @@ Two managers, because Orbax's ``best_fn`` replaces "keep the last K" rather than
 
 from __future__ import annotations
 
-import pathlib
+import re
 from typing import Any
 
 import grain
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 from flax import nnx
 
+from allie_jax.train import paths
 from allie_jax.train.state import TrainState
 
 
@@ -36,15 +38,16 @@ def _state_items(state: TrainState) -> dict[str, Any]:
 class Checkpointer:
     def __init__(
         self,
-        workdir: str | pathlib.Path,
+        workdir: str | epath.PathLike,
         *,
         keep: int = 3,
         save_every: int = 1000,
         async_save: bool = True,
     ):
-        workdir = pathlib.Path(workdir).absolute()
+        workdir = paths.absolute(workdir)
+        self.directory = workdir / "checkpoints"
         self.latest = ocp.CheckpointManager(
-            workdir / "checkpoints",
+            self.directory,
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=keep,
                 save_interval_steps=save_every,
@@ -69,6 +72,17 @@ class Checkpointer:
 
     def latest_step(self) -> int | None:
         return self.latest.latest_step()
+
+    def data_process_count(self, step: int) -> int | None:
+        """How many processes wrote step ``step``'s data-iterator states (None: no data item)."""
+        data = self.directory / str(step) / "data"
+        if not data.is_dir():
+            return None
+        for f in data.iterdir():
+            match = re.fullmatch(r"process_\d+-of-(\d+)\.json", f.name)
+            if match:
+                return int(match.group(1))
+        return None
 
     def save(self, state: TrainState, data_iterator=None, *, force: bool = False) -> bool:
         step = int(jax.device_get(state.step))

@@ -1,76 +1,108 @@
 """``train_and_evaluate``: the main job, from prepared shards to checkpoints and metrics.
 
 Everything that can fail for a configuration reason (missing data, missing GPT-2 file, a batch
-that does not divide over the mesh) is checked before the first compile, so a pod job fails in
-seconds rather than at step 0 after minutes of start-up.
+that does not divide over the mesh, a checkpoint from a different process count) is checked
+before the first compile, so a pod job fails in seconds rather than after minutes of start-up.
+
+The loop never waits on the host between steps: the next batch is fetched and sent to the devices
+while the step runs (``feed.DeviceFeed``), and metrics stay on device until the window is logged
+(``metrics.MetricWindow``). Preemption stops every process at the same step
+(``preemption.PreemptionWatch``); the run then reports ``preempted`` and ``launch.train`` exits
+with ``EXIT_PREEMPTED`` (75) once the checkpoint is committed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import pathlib
-import signal
 import time
 from typing import Any
 
 import jax
 import ml_collections
-import numpy as np
+from etils import epath
 from flax import nnx
 
 from allie_jax.data.pipeline import make_iterator
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.train import sharding as shd
 from allie_jax.train.checkpoints import Checkpointer
+from allie_jax.train.feed import DeviceFeed
+from allie_jax.train.logs import library_logs_to_file
 from allie_jax.train.metrics import (
     MetricsWriter,
+    MetricWindow,
+    NonFiniteLossError,
     device_peak_flops,
     training_flops_per_token,
 )
 from allie_jax.train.optimizer import learning_rate_schedule, make_optimizer
+from allie_jax.train.preemption import PreemptionWatch
 from allie_jax.train.state import TrainState, count_params, init_train_state
 from allie_jax.train.step import make_eval_step, make_train_step
+from allie_jax.train.validation import Validator
 
 log = logging.getLogger(__name__)
 
+__all__ = ["NonFiniteLossError", "TrainResult", "train_and_evaluate", "write_summary"]
 
-class NonFiniteLossError(RuntimeError):
-    """Raised when the loss stops being finite; the offending update is never applied or saved."""
+SCRATCH = "scratch"  # --config.model.init_from_gpt2=scratch: random initial weights
 
 
 @dataclasses.dataclass
 class TrainResult:
-    workdir: pathlib.Path
+    workdir: epath.Path
     final_step: int
-    first_loss: float | None
-    last_loss: float | None
+    first_loss: float | None  # the first step's loss
+    last_loss: float | None  # mean over the last logged window
     val_metrics: dict[str, float]
     tokens_per_second: float
     mfu: float
-    checkpoint_dir: pathlib.Path
+    checkpoint_dir: epath.Path
+    preempted: bool = False  # stopped by SIGTERM after its checkpoint committed: relaunch
+    log_file: str = ""
 
 
 def model_config_from(config: ml_collections.ConfigDict) -> ModelConfig:
+    model = config.model
     return ModelConfig.named(
-        config.model.name, dtype=config.model.dtype, dropout=float(config.model.dropout)
+        model.name,
+        dtype=model.dtype,
+        dropout=float(model.dropout),
+        attention_impl=model.get("attention_impl", "auto"),
+        remat=model.get("remat", "none"),
     )
+
+
+def gpt2_init_path(config: ml_collections.ConfigDict) -> str | None:
+    """The GPT-2 file to start from, or None for random weights.
+
+    Configs that must not train from random weights by accident (``allie_medium``) leave the field
+    unset; the run then stops and asks for a path or ``scratch``.
+    """
+    value = config.model.init_from_gpt2
+    if value is None:
+        raise ValueError(
+            f"config.model.init_from_gpt2 is required for {config.model.name}: pass "
+            "--config.model.init_from_gpt2=/path/to/gpt2-medium/model.safetensors (the paper's "
+            f"start) or --config.model.init_from_gpt2={SCRATCH} (random weights)"
+        )
+    return None if value in ("", SCRATCH) else str(value)
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
     """Fail fast on everything a misconfigured pod job would otherwise discover late."""
-    data_dir = pathlib.Path(config.data.data_dir) if config.data.data_dir else None
-    if data_dir is None:
+    if not config.data.data_dir:
         raise ValueError(
             "config.data.data_dir is empty: pass --data_dir (output of launch.prepare_data)"
         )
+    data_dir = epath.Path(config.data.data_dir)
     if not (data_dir / "train").is_dir():
         raise FileNotFoundError(
             f"no train split under data_dir {data_dir} (run launch.prepare_data)"
         )
-    gpt2 = config.model.init_from_gpt2
-    if gpt2 and not pathlib.Path(gpt2).is_file():
+    gpt2 = gpt2_init_path(config)
+    if gpt2 and not epath.Path(gpt2).is_file():
         raise FileNotFoundError(f"config.model.init_from_gpt2 names a missing file: {gpt2}")
     train = config.train
     if train.batch_size % train.grad_accum:
@@ -81,13 +113,24 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             f"train.batch_size {train.batch_size} does not split over {jax.process_count()} processes"
         )
-    model_config_from(config)  # raises on an unknown size or dtype
+    shape = shd.mesh_shape_from_config(config.mesh, jax.device_count())
+    batch_ways = shape[0] * shape[1]
+    micro = train.batch_size // train.grad_accum
+    if micro % batch_ways:
+        raise ValueError(
+            f"the micro-batch (train.batch_size {train.batch_size} / grad_accum "
+            f"{train.grad_accum} = {micro} rows) does not divide over the mesh's data x fsdp = "
+            f"{shape[0]} x {shape[1]} = {batch_ways} devices; pick a batch that does"
+        )
+    model_config_from(config)  # raises on an unknown size, dtype, attention_impl or remat
 
 
 def _maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
     dist = config.distributed
-    if not dist.initialize:
+    if not dist.initialize or jax.distributed.is_initialized():
         return
+    if dist.get("cpu_collectives", ""):
+        jax.config.update("jax_cpu_collectives_implementation", dist.cpu_collectives)
     kwargs: dict[str, Any] = {}
     if dist.coordinator_address:
         kwargs["coordinator_address"] = dist.coordinator_address
@@ -134,45 +177,23 @@ def state_shardings_of(state: TrainState):
     return jax.tree.map(lambda x: x.sharding, state)
 
 
-def _global_batch(local: dict[str, np.ndarray], sharding) -> dict[str, jax.Array]:
-    return {
-        k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in local.items()
-    }
-
-
-def _data_iterator(config, split: str, *, local_batch: int, augment: bool, num_epochs=None):
+def _data_iterator(
+    config, split: str, *, local_batch: int, augment: bool, num_epochs=None, seed=None
+):
+    train = split == "train"
     return make_iterator(
         config.data.data_dir,
         split,
         batch_size=local_batch,
         seq_len=int(config.data.seq_len),
-        seed=int(config.data.seed),
+        seed=int(config.data.seed if seed is None else seed),
         shard_index=jax.process_index(),
         shard_count=jax.process_count(),
         augment=augment,
         num_epochs=num_epochs,
+        worker_count=int(config.data.get("worker_count", 0)) if train else 0,
+        worker_buffer_size=int(config.data.get("worker_buffer_size", 1)),
     )
-
-
-def evaluate(config, eval_step, state, batch_sharding, local_batch: int) -> dict[str, float]:
-    """Mean of the eval metrics over ``eval_batches`` batches of the val split (no augmentation)."""
-    try:
-        iterator = _data_iterator(
-            config, "val", local_batch=local_batch, augment=False, num_epochs=1
-        )
-    except (FileNotFoundError, ValueError) as err:
-        log.warning("no validation data: %s", err)
-        return {}
-    totals: dict[str, float] = {}
-    count = 0
-    for i, local in enumerate(iterator):
-        if i >= int(config.train.eval_batches):
-            break
-        metrics = jax.device_get(eval_step(state, _global_batch(local, batch_sharding)))
-        for k, v in metrics.items():
-            totals[k] = totals.get(k, 0.0) + float(v)
-        count += 1
-    return {k: v / count for k, v in totals.items()} if count else {}
 
 
 @dataclasses.dataclass
@@ -190,10 +211,10 @@ class Trainer:
 def build_trainer(config, model_config: ModelConfig, mesh) -> Trainer:
     tx = make_optimizer(config.train)
     init_params = None
-    if config.model.init_from_gpt2:
+    path = gpt2_init_path(config)
+    if path:
         from allie_jax.convert.gpt2 import gpt2_to_params, read_safetensors
 
-        path = config.model.init_from_gpt2
         init_params = gpt2_to_params(
             read_safetensors(path), model_config, seed=int(config.train.seed), source=path
         )
@@ -201,38 +222,126 @@ def build_trainer(config, model_config: ModelConfig, mesh) -> Trainer:
     state_sh = state_shardings_of(state)
     batch_sh = shd.batch_sharding(mesh)
     train_step = jax.jit(
-        make_train_step(
-            graphdef,
-            tx,
-            grad_accum=int(config.train.grad_accum),
-            loss_weights=tuple(config.train.loss_weights),
-            schedule=learning_rate_schedule(config.train),
+        shd.with_activation_sharding(
+            make_train_step(
+                graphdef,
+                tx,
+                grad_accum=int(config.train.grad_accum),
+                loss_weights=tuple(config.train.loss_weights),
+                schedule=learning_rate_schedule(config.train),
+            ),
+            mesh,
         ),
         in_shardings=(state_sh, batch_sh),
         out_shardings=(state_sh, shd.replicated(mesh)),
         donate_argnums=(0,),
     )
     eval_step = jax.jit(
-        make_eval_step(graphdef, tuple(config.train.loss_weights)),
+        shd.with_activation_sharding(make_eval_step(graphdef), mesh),
         in_shardings=(state_sh, batch_sh),
         out_shardings=shd.replicated(mesh),
     )
     return Trainer(graphdef, state, train_step, eval_step, batch_sh, mesh)
 
 
+def build_validator(config, trainer: Trainer, local_batch: int) -> Validator:
+    return Validator(
+        lambda: _data_iterator(config, "val", local_batch=local_batch, augment=False, num_epochs=1),
+        trainer.eval_step,
+        trainer.batch_sharding,
+        rows=local_batch,
+        seq_len=int(config.data.seq_len),
+        max_batches=int(config.train.eval_batches),
+        weights=tuple(config.train.loss_weights),
+    )
+
+
+class _Console:
+    """What the person running the job sees: process 0 only, above the progress bar."""
+
+    def __init__(self) -> None:
+        self.enabled = jax.process_index() == 0
+        self.bar = None
+
+    def say(self, message: str) -> None:
+        log.info("%s", message)
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.write(message)
+        else:
+            print(message, flush=True)
+
+    def start_bar(self, total: int, initial: int) -> None:
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc="train", unit="step")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
 def train_and_evaluate(
-    config: ml_collections.ConfigDict, workdir: str | pathlib.Path
+    config: ml_collections.ConfigDict, workdir: str | epath.PathLike
 ) -> TrainResult:
+    """Train to ``config.train.steps`` (resuming from the workdir's latest checkpoint)."""
     _maybe_initialize_distributed(config)
     validate_config(config)
-    workdir = pathlib.Path(workdir)
+    workdir = epath.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    with library_logs_to_file(workdir) as log_file:
+        return _train(config, workdir, str(log_file))
+
+
+def _restore(config, checkpointer: Checkpointer, state, iterator, console: _Console, local_batch):
+    """(state, iterator) from the latest checkpoint, or a clear stop when it cannot be resumed."""
+    step = checkpointer.latest_step()
+    if step is None:
+        return state, iterator
+    written_by = checkpointer.data_process_count(step)
+    restore_data = bool(config.train.get("restore_data_iterator", True))
+    if written_by is not None and written_by != jax.process_count() and restore_data:
+        raise RuntimeError(
+            f"checkpoint step {step} in {checkpointer.directory} was written by {written_by} "
+            f"processes and this job has {jax.process_count()}; the data iterators' positions "
+            f"belong to the old process count. Relaunch with {written_by} processes to resume "
+            "exactly, or pass --config.train.restore_data_iterator=False to restore the model "
+            "and optimizer and restart the data stream with a fresh shuffle"
+        )
+    if restore_data:
+        state = checkpointer.restore(state, iterator, step=step)
+        console.say(f"resumed from step {step}")
+        return state, iterator
+    state = checkpointer.restore(state, None, step=step)
+    seed = int(config.data.seed) + step
+    iterator = _data_iterator(
+        config, "train", local_batch=local_batch, augment=bool(config.data.augment), seed=seed
+    )
+    console.say(
+        f"resumed model and optimizer from step {step}; data stream restarted (shuffle seed {seed})"
+    )
+    return state, iterator
+
+
+def _train(config, workdir: epath.Path, log_file: str) -> TrainResult:
+    console = _Console()
     model_config = model_config_from(config)
     if jax.process_index() == 0:
         (workdir / "config.json").write_text(model_config.to_json())
         (workdir / "train_config.json").write_text(config.to_json_best_effort(indent=2))
 
-    mesh = shd.make_mesh((config.mesh.data, config.mesh.fsdp, config.mesh.tensor))
+    mesh = shd.mesh_from_config(config.mesh)
+    gpt2 = gpt2_init_path(config)
+    console.say(f"workdir {workdir}  (checkpoints/, best/, metrics.jsonl, tensorboard/)")
+    console.say(f"library log {log_file}")
+    console.say(
+        f"model {config.model.name}, {'GPT-2 weights from ' + gpt2 if gpt2 else 'random initial weights (scratch)'}, "
+        f"attention {model_config.resolved_attention_impl(jax.default_backend())}, remat {model_config.remat}; "
+        f"mesh {dict(mesh.shape)} over {jax.process_count()} process(es)"
+    )
     trainer = build_trainer(config, model_config, mesh)
     state = trainer.state
     num_params = count_params(state.params)
@@ -242,17 +351,17 @@ def train_and_evaluate(
     iterator = _data_iterator(
         config, "train", local_batch=local_batch, augment=bool(config.data.augment)
     )
-
     checkpointer = Checkpointer(
         workdir,
         keep=int(config.train.keep_checkpoints),
         save_every=int(config.train.checkpoint_every),
         async_save=bool(config.train.async_checkpoints),
     )
-    if checkpointer.latest_step() is not None:
-        state = checkpointer.restore(state, iterator)
-        log.info("resumed from step %d", int(state.step))
-    train_step, eval_step, batch_sh = trainer.train_step, trainer.eval_step, trainer.batch_sharding
+    state, iterator = _restore(config, checkpointer, state, iterator, console, local_batch)
+    feed = DeviceFeed(
+        iterator, trainer.batch_sharding, depth=int(config.data.get("device_prefetch", 1))
+    )
+    validator = build_validator(config, trainer, local_batch)
 
     writer = MetricsWriter(workdir)
     peak, known_peak = device_peak_flops()
@@ -260,81 +369,83 @@ def train_and_evaluate(
         num_params, model_config.num_layers, model_config.embed_dim, int(config.data.seq_len)
     )
     tokens_per_step = global_batch * int(config.data.seq_len)
-
-    stop_requested = {"flag": False}
-
-    def _on_sigterm(signum, frame):
-        stop_requested["flag"] = True
-
-    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+    log_every, eval_every = int(config.train.log_every), int(config.train.eval_every)
+    save_every = int(config.train.checkpoint_every)
 
     start_step = int(jax.device_get(state.step))
     total_steps = int(config.train.steps)
     first_loss = last_loss = None
     val_metrics: dict[str, float] = {}
     tokens_per_second = mfu = 0.0
-    progress = None
-    if jax.process_index() == 0:
-        from tqdm import tqdm
-
-        progress = tqdm(total=total_steps, initial=start_step, desc="train", unit="step")
-    window_start, window_steps = time.perf_counter(), 0
+    preempted = False
+    window = MetricWindow()
+    console.start_bar(total_steps, start_step)
+    window_start = time.perf_counter()
+    watch = PreemptionWatch()
     try:
         step = start_step
         while step < total_steps:
-            local = next(iterator)
-            batch = _global_batch(local, batch_sh)
-            new_state, metrics = train_step(state, batch)
-            loss = float(jax.device_get(metrics["loss"]))
-            if not math.isfinite(loss):
-                raise NonFiniteLossError(
-                    f"non-finite loss {loss} at step {step + 1}; the update was discarded and "
-                    f"the last good checkpoint is step {checkpointer.latest_step()}"
-                )
-            state = new_state
+            batch = next(feed)
+            state, metrics = trainer.train_step(state, batch)
             step += 1
-            window_steps += 1
+            window.add(metrics, state.step)
+            preempted = watch.reached(step)
+            if step < total_steps and not preempted:
+                feed.prefetch()  # host work for the next batch overlaps this step
+            if console.bar is not None:
+                console.bar.update(1)
             if first_loss is None:
-                first_loss = loss
-            last_loss = loss
-            if progress is not None:
-                progress.update(1)
-                progress.set_postfix(loss=f"{loss:.3f}")
-            if step % int(config.train.log_every) == 0 or step == total_steps:
+                window.check_finite(checkpointer.latest_step())
+                first_loss = float(jax.device_get(metrics["loss"]))
+            final = step == total_steps or preempted
+            if step % log_every == 0 or final:
+                window.check_finite(checkpointer.latest_step())
                 elapsed = time.perf_counter() - window_start
-                tokens_per_second = tokens_per_step * window_steps / max(elapsed, 1e-9)
+                steps_in_window = window.steps
+                scalars = window.read()
+                tokens_per_second = tokens_per_step * steps_in_window / max(elapsed, 1e-9)
                 mfu = flops_per_token * tokens_per_second / (peak * jax.device_count())
-                scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 scalars.update(
                     tokens_per_second=tokens_per_second,
                     mfu=mfu,
-                    step_time=elapsed / max(window_steps, 1),
+                    step_time=elapsed / max(steps_in_window, 1),
                 )
+                last_loss = scalars["loss"]
                 writer.write(step, scalars, "train")
-                window_start, window_steps = time.perf_counter(), 0
-            if step % int(config.train.eval_every) == 0 or step == total_steps:
-                val_metrics = evaluate(config, eval_step, state, batch_sh, local_batch)
+                if console.bar is not None:
+                    console.bar.set_postfix(loss=f"{last_loss:.3f}")
+                window_start = time.perf_counter()
+            if (step % eval_every == 0 or step == total_steps) and not preempted:
+                window.check_finite(checkpointer.latest_step())
+                val_metrics = validator(state)
                 if val_metrics:
                     writer.write(step, val_metrics, "val")
                     checkpointer.save_if_best(state, val_metrics["loss"])
-                    if progress is not None:
-                        progress.write(
-                            f"step {step}: val loss {val_metrics['loss']:.4f} "
-                            f"move accuracy {val_metrics.get('policy_accuracy', float('nan')):.4f}"
-                        )
-            checkpointer.save(state, iterator)
-            if stop_requested["flag"]:
-                log.warning("SIGTERM: saved step %d and stopping", step)
+                    console.say(
+                        f"step {step}: val loss {val_metrics['loss']:.4f}  move accuracy "
+                        f"{val_metrics['policy_accuracy']:.4f}"
+                    )
+            if step % save_every == 0 or final:
+                window.check_finite(checkpointer.latest_step())
+                checkpointer.save(state, feed, force=final)
+            if preempted:
                 break
         if checkpointer.latest_step() != int(jax.device_get(state.step)):
-            checkpointer.save(state, iterator, force=True)
+            window.check_finite(checkpointer.latest_step())
+            checkpointer.save(state, feed, force=True)
+        checkpointer.wait()  # the last save is committed before anyone is told it is saved
+        if preempted:
+            console.say(
+                f"preempted: step {step} saved and committed in {checkpointer.directory}; "
+                "relaunch the same command to resume"
+            )
     finally:
+        watch.close()
         checkpointer.wait()
         checkpointer.close()
         writer.close()
-        if progress is not None:
-            progress.close()
-        signal.signal(signal.SIGTERM, previous_handler)
+        feed.close()
+        console.close()
     if not known_peak:
         log.info("MFU uses a nominal CPU peak of %.0e FLOP/s", peak)
     return TrainResult(
@@ -346,14 +457,17 @@ def train_and_evaluate(
         tokens_per_second=tokens_per_second,
         mfu=mfu,
         checkpoint_dir=workdir / "checkpoints",
+        preempted=preempted,
+        log_file=log_file,
     )
 
 
 def write_summary(result: TrainResult) -> str:
     lines = [
-        f"trained to step {result.final_step} in {result.workdir}",
-        f"loss: first {result.first_loss:.4f} -> last {result.last_loss:.4f}"
-        if result.first_loss is not None
+        ("preempted (resumable) at step " if result.preempted else "trained to step ")
+        + f"{result.final_step} in {result.workdir}",
+        f"loss: first step {result.first_loss:.4f} -> last logged {result.last_loss:.4f}"
+        if result.first_loss is not None and result.last_loss is not None
         else "no training steps run (already at the final step)",
     ]
     if result.val_metrics:
@@ -364,4 +478,6 @@ def write_summary(result: TrainResult) -> str:
     lines.append(
         f"checkpoints: {result.checkpoint_dir} (best by val loss: {result.workdir / 'best'})"
     )
+    if result.log_file:
+        lines.append(f"library log: {result.log_file}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping
 
 import jax
+import jax.numpy as jnp
 
 # Dense bf16 peak FLOP/s per device (the figure MFU is measured against). CPU has no meaningful
 # peak; we fall back to a nominal one so the column is still filled (marked in the log).
@@ -85,3 +86,57 @@ class MetricsWriter:
             self._tb.close()
             self._jsonl.close()
             self.enabled = False
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss stopped being finite; nothing from that step on was evaluated or saved."""
+
+
+@jax.jit
+def _accumulate(sums, first_bad, metrics, step):
+    sums = jax.tree.map(jnp.add, sums, metrics)
+    bad = ~jnp.isfinite(metrics["loss"])
+    return sums, jnp.where((first_bad == 0) & bad, step, first_bad)
+
+
+class MetricWindow:
+    """Step metrics summed on the device; read every ``log_every`` steps as window means.
+
+    Reading a scalar every step would make the host wait for each step to finish before it can
+    dispatch the next. Here the host only syncs when it reads the window (or checks, before a
+    save or an evaluation, that no step since the last read had a non-finite loss).
+    """
+
+    LAST_VALUE = ("learning_rate",)  # reported at the window's last step, not averaged
+
+    def __init__(self) -> None:
+        self._sums = None
+        self._last = None
+        self._first_bad = jnp.zeros((), jnp.int32)
+        self.steps = 0
+
+    def add(self, metrics: Mapping[str, jax.Array], step: jax.Array) -> None:
+        metrics = dict(metrics)
+        if self._sums is None:
+            self._sums = jax.tree.map(jnp.zeros_like, metrics)
+        self._sums, self._first_bad = _accumulate(self._sums, self._first_bad, metrics, step)
+        self._last = metrics
+        self.steps += 1
+
+    def check_finite(self, last_saved: int | None) -> None:
+        bad = int(jax.device_get(self._first_bad))
+        if bad:
+            raise NonFiniteLossError(
+                f"non-finite loss at step {bad}; nothing from that step on was saved, the last "
+                f"checkpoint is step {last_saved}"
+            )
+
+    def read(self) -> dict[str, float]:
+        """Means over the steps since the last read (then starts a new window)."""
+        if not self.steps:
+            return {}
+        sums, last = jax.device_get((self._sums, self._last))
+        out = {k: float(v) / self.steps for k, v in sums.items()}
+        out.update({k: float(last[k]) for k in self.LAST_VALUE if k in last})
+        self._sums, self.steps = None, 0
+        return out

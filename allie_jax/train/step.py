@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from allie_jax.model.losses import loss_fn
+from allie_jax.model.losses import loss_fn, loss_sums
 from allie_jax.train.state import TrainState
 
 Batch = Mapping[str, jax.Array]
@@ -80,13 +80,18 @@ def make_train_step(
     return train_step
 
 
-def make_eval_step(graphdef, loss_weights=(1.0, 1.0, 1.0)):
-    """``eval_step(state, batch) -> metrics`` with dropout off."""
+def make_eval_step(graphdef):
+    """``eval_step(state, batch) -> sums`` with dropout off: masked sums and label counts of each
+    loss term (``losses.loss_sums``), so padded rows count for nothing and batches add up."""
 
     def eval_step(state: TrainState, batch: Batch):
-        loss, (metrics, _) = _forward(graphdef, state.params, state.rest, batch, True, loss_weights)
-        metrics = dict(metrics)
-        metrics["loss"] = loss
-        return metrics
+        model = nnx.merge(graphdef, state.params, state.rest, copy=True)
+        outputs = model(
+            batch["inputs"],
+            positions=batch["positions"],
+            segment_ids=batch["segment_ids"],
+            deterministic=True,
+        )
+        return loss_sums(outputs, batch)
 
     return eval_step
