@@ -16,10 +16,10 @@ demo: venv
 	$(PY) -m launch.demo --output $(DEMO_DIR)
 
 test: venv
-	$(PY) -m pytest -q -n 2 tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 test-all: venv
-	$(PY) -m pytest -q -n 2 -m "" tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "" tests
 
 bench: venv
 	$(PY) bench/pgn.py

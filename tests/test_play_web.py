@@ -24,6 +24,7 @@ from allie_jax.model.config import ModelConfig
 from allie_jax.model.transformer import AllieModel
 
 CHROMIUM = "/usr/bin/chromium"
+pytestmark = pytest.mark.xdist_group("play_web")  # one worker compiles the model once
 
 
 @pytest.fixture(scope="module")
