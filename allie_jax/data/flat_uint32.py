@@ -185,9 +185,7 @@ def _iter_local_words(local: str, name: str, chunk_words: int) -> Iterator[tuple
         size = os.path.getsize(local)
     except OSError as e:
         raise FlatFormatError(f"cannot read flat uint32 file {name!r}: {e.strerror or e}") from e
-    if size % 4:
-        raise FlatFormatError(f"flat uint32 file {name!r}: size {size} is not a multiple of 4")
-    total = size // 4
+    total = size // 4  # a partial last word (size not a multiple of 4) is a cut file
     carry = np.zeros(0, np.uint32)  # the unfinished game at the end of the previous window
     start = 0  # word index of carry[0]
     pos = 0
@@ -210,10 +208,12 @@ def _iter_local_words(local: str, name: str, chunk_words: int) -> Iterator[tuple
         finally:
             del window  # unmaps the window: its pages leave this process's resident set
         pos += n
-    if len(carry):
+    if len(carry) or size % 4:
         raise FlatFormatError(
             f"flat uint32 file {name!r}: {len(carry)} words after the last <EOS> at word "
-            f"{start} (truncated file?)"
+            f"{start}"
+            + (f", size {size} not a multiple of 4" if size % 4 else "")
+            + " (truncated file?)"
         )
 
 

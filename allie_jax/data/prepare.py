@@ -634,9 +634,12 @@ def prepare(
             raise PrepareError(
                 f"no readable game in {unreadable[0]!r}"
                 + (f" (and {len(unreadable) - 1} more inputs)" if len(unreadable) > 1 else "")
-                + ": not a PGN file of finished games"
-                + (" in the released flat format" if config.input_format == "released_bin" else "")
-                + "? Nothing was written."
+                + (
+                    ": not a released flat uint32 file?"
+                    if config.input_format == "released_bin"
+                    else ": not a PGN file of finished games?"
+                )
+                + " Nothing was written."
             )
         per_split = {s: {"games": 0, "tokens": 0} for s in shards.SPLITS}
         elo_hist: collections.Counter = collections.Counter()

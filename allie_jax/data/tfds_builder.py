@@ -261,6 +261,11 @@ def make_builder(
     files = prepare_lib.expand_inputs(pgn_files)
     if "-" in files:
         raise ValueError("the TFDS builder reads files, not stdin ('-')")
+    if config.input_format != "pgn":
+        raise ValueError(
+            f"the TFDS builder reads PGN; convert {config.input_format} files with "
+            "`python -m launch.prepare_data --input_format released_bin`"
+        )
     balance = elo_balance_for(files, config)
     return _builder_class()(
         pgn_files=files,
