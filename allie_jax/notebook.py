@@ -64,15 +64,11 @@ def mesh_for_devices(model_size: str, n_devices: int | None = None) -> dict[str,
     import jax
 
     from allie_jax.model.config import ModelConfig
-    from allie_jax.model.transformer import AllieModel
 
     n = n_devices or jax.device_count()
     cfg = ModelConfig.named(model_size)
-    import numpy as np
-    from flax import nnx
-
-    abstract = nnx.eval_shape(lambda: AllieModel(cfg, rngs=nnx.Rngs(0)))
-    params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(abstract, nnx.Param)))
+    d = cfg.embed_dim  # GPT-2: 12 d^2 per block, plus the token and position embeddings
+    params = cfg.num_layers * 12 * d * d + (cfg.vocab_size + cfg.max_len) * d
     stats = jax.devices()[0].memory_stats() or {}
     memory = stats.get("bytes_limit")
     if n == 1 or (memory and params * 16 < memory / 2):

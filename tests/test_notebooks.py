@@ -176,3 +176,31 @@ def test_train_on_tpu_trains(tmp_path, monkeypatch, prepared_sample):
     text = text_of(nb)
     assert "trained to step 3" in text and "tokens/s, MFU" in text and "at step 3" in text
     assert images(nb) == 1
+
+
+# ------------------------------------------------------------------ the helpers on their own
+def test_mesh_for_devices():
+    from allie_jax import notebook as nb
+
+    assert nb.mesh_for_devices("tiny", 1) == {"data": 1, "fsdp": 1, "tensor": 1}
+    # CPU devices report no memory: with several devices the state is sharded (FSDP)
+    assert nb.mesh_for_devices("allie_medium", 8) == {"data": 1, "fsdp": 8, "tensor": 1}
+
+
+def test_accuracy_table_against_hand_made_report():
+    from allie_jax import notebook as nb
+
+    def r(v, n):
+        return {"value": v, "n": n}
+
+    report = {
+        "move_accuracy": {
+            "policy": {"overall": r(0.5, 30), "by_elo": {"1500": r(0.4, 10), "1600": r(0.55, 20)}},
+            "adaptive": {"overall": r(0.6, 5), "by_elo": {"1600": r(0.6, 5)}},
+        }
+    }
+    table = nb.accuracy_table(report, ["policy", "adaptive"]).splitlines()
+    assert table[2] == "| 1500–1599 | 40.0% (10) | – |"
+    assert table[3] == "| 1600–1699 | 55.0% (20) | 60.0% (5) |"
+    assert table[4] == "| **all** | 50.0% (30) | 60.0% (5) |"
+    assert table[5] == "| paper (all bins) | 55.7% | 55.9% |"
