@@ -27,6 +27,15 @@ def arena(tmp_path_factory) -> pathlib.Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def small_pgn(tmp_path_factory, sample_pgn) -> pathlib.Path:
+    """The first 40 bundled games with clocks (a valid input that costs nothing to prepare)."""
+    text = "".join(pgn.RawGame.text(g) + "\n" for g in _first_games(sample_pgn, 40))
+    path = tmp_path_factory.mktemp("small") / "small40.pgn"
+    path.write_text(text)
+    return path
+
+
 def _first_games(path, n):
     out = []
     for g in pgn.split_games(pgn._lines(path)):
@@ -86,11 +95,11 @@ def _record_sets(out):
     return {s: collections.Counter(r) for s, r in _all_records(out).items()}
 
 
-def test_workers_do_not_change_output(tmp_path, sample_pgn, arena, monkeypatch):
+def test_workers_do_not_change_output(tmp_path, small_pgn, arena, monkeypatch):
     """Small blocks (many cuts), 1 and 3 workers: the same records in every split; a given
     worker count writes byte-identical shards run after run."""
-    monkeypatch.setattr(prepare, "BLOCK_BYTES", 50_000)
-    inputs = [str(sample_pgn), str(arena)]
+    monkeypatch.setattr(prepare, "BLOCK_BYTES", 20_000)
+    inputs = [str(small_pgn), str(arena)]
     a = prepare.prepare(inputs, tmp_path / "a", _config(events="all"), workers=1)
     b = prepare.prepare(inputs, tmp_path / "b", _config(events="all"), workers=3)
     prepare.prepare(inputs, tmp_path / "c", _config(events="all"), workers=3)
@@ -205,19 +214,19 @@ def test_cut_zst_is_reported_and_keeps_every_complete_game(tmp_path, sample_pgn,
         ("aborted.pgn", b'[Event "x"]\n[Result "*"]\n\n*\n', "no readable game"),
     ],
 )
-def test_unusable_input_fails_and_writes_nothing(tmp_path, sample_pgn, name, content, match):
+def test_unusable_input_fails_and_writes_nothing(tmp_path, small_pgn, name, content, match):
     bad = tmp_path / name
     bad.write_bytes(content)
     out = tmp_path / "out"
     with pytest.raises((prepare.PrepareError, pgn.PGNError), match=match):
-        prepare.prepare([str(sample_pgn), str(bad)], out, _config(events="all"))
+        prepare.prepare([str(small_pgn), str(bad)], out, _config(events="all"))
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == [name]  # no staging folder left behind
 
 
-def test_failed_run_leaves_previous_output_intact(tmp_path, sample_pgn):
+def test_failed_run_leaves_previous_output_intact(tmp_path, small_pgn):
     out = tmp_path / "out"
-    first = prepare.prepare([str(sample_pgn)], out, _config(events="all"))
+    first = prepare.prepare([str(small_pgn)], out, _config(events="all"))
     before = _all_records(out)
     (tmp_path / "bad.pgn").write_text("nothing")
     with pytest.raises(prepare.PrepareError):
@@ -225,7 +234,7 @@ def test_failed_run_leaves_previous_output_intact(tmp_path, sample_pgn):
     assert json.loads((out / "stats.json").read_text()) == first
     assert _all_records(out) == before
     # A successful re-run replaces the earlier shards (none left behind).
-    prepare.prepare([str(sample_pgn)], out, _config(events="all", records_per_shard=10_000))
+    prepare.prepare([str(small_pgn)], out, _config(events="all", records_per_shard=10_000))
     assert _all_records(out) == before
 
 
@@ -261,10 +270,10 @@ def test_small_input_gets_minimum_val_and_test(tmp_path, arena):
 # --- released flat files ------------------------------------------------------------------------
 
 
-def test_released_bin_input(tmp_path, sample_pgn):
+def test_released_bin_input(tmp_path, small_pgn):
     from allie_jax.data import flat_uint32
 
-    games = list(pgn.read_games(sample_pgn))
+    games = list(pgn.read_games(small_pgn))
     bin_path = tmp_path / "released.bin"
     flat_uint32.write_flat([g for g in games if g.result is not None], bin_path)
     expected = list(flat_uint32.read_flat(bin_path))
@@ -289,7 +298,7 @@ def test_released_bin_input(tmp_path, sample_pgn):
 # --- remote paths through etils.epath ------------------------------------------------------------
 
 
-def test_prepare_and_read_on_gs_path(tmp_path, sample_pgn, monkeypatch):
+def test_prepare_and_read_on_gs_path(tmp_path, small_pgn, monkeypatch):
     """gs:// in and out (an in-memory fsspec filesystem behind etils.epath's real gs:// code)."""
     from etils import epath
 
@@ -299,16 +308,14 @@ def test_prepare_and_read_on_gs_path(tmp_path, sample_pgn, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ALLIE_JAX_CACHE", str(tmp_path / "cache"))
     with memory_gcs():
-        src = epath.Path("gs://bucket/in/games.pgn.zst")
+        src = epath.Path("gs://bucket/in/games.pgn")
         src.parent.mkdir(parents=True, exist_ok=True)
-        src.write_bytes(sample_pgn.read_bytes())
-        stats = prepare.prepare(
-            ["gs://bucket/in/*.pgn.zst"], "gs://bucket/out", _config(events="all")
-        )
-        assert stats["inputs"] == ["gs://bucket/in/games.pgn.zst"]
+        src.write_bytes(small_pgn.read_bytes())
+        stats = prepare.prepare(["gs://bucket/in/*.pgn"], "gs://bucket/out", _config(events="all"))
+        assert stats["inputs"] == ["gs://bucket/in/games.pgn"]
         out = epath.Path("gs://bucket/out")
         assert json.loads((out / "stats.json").read_text()) == stats
-        local = prepare.prepare([str(sample_pgn)], tmp_path / "local", _config(events="all"))
+        local = prepare.prepare([str(small_pgn)], tmp_path / "local", _config(events="all"))
         assert local["per_split"] == stats["per_split"]
         batch = next(pipeline.make_iterator("gs://bucket/out", "train", batch_size=2, seq_len=64))
         assert batch["inputs"].shape == (2, 64)
