@@ -45,6 +45,14 @@ def _piece_masks(board: chess.Board, us: chess.Color) -> list[int]:
     return masks
 
 
+def absolute_board(board: chess.Board) -> np.ndarray:
+    """int8 ``[64]`` in lc0 square order (rank·8 + file): +piece type for White, −piece for Black."""
+    out = np.zeros(64, np.int8)
+    for sq, piece in board.piece_map().items():
+        out[sq] = piece.piece_type if piece.color == chess.WHITE else -piece.piece_type
+    return out
+
+
 def _ep_key(board: chess.Board) -> int | None:
     if board.ep_square is None:
         return None
@@ -89,6 +97,8 @@ class GameEncoder:
         self._views: list[tuple[list[int], list[int]]] = []  # (white's view, black's view)
         self._repeated: list[bool] = []
         self._aux: list[tuple[bool, tuple[bool, bool, bool, bool], int]] = []
+        self._absolute: list[np.ndarray] = []
+        self.king_home: list[bool] = []  # the mover's king on e1 / e8 (castling labels)
         self.boards_fen: list[str] = []
         seen: dict[tuple, int] = {}
         for i in range(len(moves) + 1):
@@ -97,6 +107,8 @@ class GameEncoder:
             seen[key] = seen.get(key, 0) + 1
             self._views.append((_piece_masks(board, chess.WHITE), _piece_masks(board, chess.BLACK)))
             us = board.turn
+            self._absolute.append(absolute_board(board))
+            self.king_home.append(board.king(us) == (chess.E1 if us == chess.WHITE else chess.E8))
             castling = (
                 board.has_queenside_castling_rights(us),
                 board.has_kingside_castling_rights(us),
@@ -114,6 +126,18 @@ class GameEncoder:
 
     def __len__(self) -> int:
         return len(self._views)
+
+    def history(self, ply: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The 8 newest boards up to ``ply`` for a search to extend: int8 ``[8, 64]`` absolute
+        boards (``absolute_board``), bool ``[8]`` repetition flags, bool ``[8]`` present."""
+        boards = np.zeros((HISTORY, 64), np.int8)
+        rep = np.zeros(HISTORY, bool)
+        valid = np.zeros(HISTORY, bool)
+        for step in range(min(HISTORY, ply + 1)):
+            boards[step] = self._absolute[ply - step]
+            rep[step] = self._repeated[ply - step]
+            valid[step] = True
+        return boards, rep, valid
 
     def masks(self, ply: int) -> tuple[np.ndarray, int]:
         """uint64 ``[112]`` bitboards (all-ones for filled planes) and the rule-50 count."""
