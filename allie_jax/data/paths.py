@@ -70,15 +70,16 @@ def cache_dir() -> str:
 def local_copy(path: str | os.PathLike, *, cache: str | None = None) -> str:
     """A local file with the contents of ``path``: the path itself when local, else a cached copy.
 
-    The copy is keyed by the URL and the remote size, written to a temporary name and renamed,
-    so concurrent processes (several hosts' workers) never read a half-written copy.
+    The copy is keyed by the URL, size and modification time, written to a temporary name and
+    renamed, so concurrent processes (several hosts' workers) never read a half-written copy.
     """
     text = os.fspath(path)
     if not is_remote(text):
         return text
     src = as_path(text)
-    size = src.stat().length
-    key = hashlib.sha1(f"{text}\x00{size}".encode()).hexdigest()[:16]
+    stat = src.stat()
+    size = stat.length
+    key = hashlib.sha1(f"{text}\x00{size}\x00{stat.mtime}".encode()).hexdigest()[:16]
     folder = os.path.join(cache or cache_dir(), "remote", key)
     local = os.path.join(folder, os.path.basename(text.rstrip("/")))
     if os.path.exists(local) and os.path.getsize(local) == size:

@@ -467,8 +467,7 @@ def _run_blocks(blocks: Iterator[Block], workers: int, stage, config, balance, k
 def _header_bins(block: Block, config: PrepareConfig) -> collections.Counter:
     counts: collections.Counter = collections.Counter()
     if block.kind == "flat":
-        stats = pgn.ParseStats()
-        for game in _flat_games_only(block, stats):
+        for game in _flat_games_only(block):
             if header_filter({"TimeControl": game.time_control or "-"}, config) is None:
                 if (b := shards.elo_bin(game.white_elo, game.black_elo)) is not None:
                     counts[b] += 1
@@ -480,7 +479,7 @@ def _header_bins(block: Block, config: PrepareConfig) -> collections.Counter:
     return counts
 
 
-def _flat_games_only(block: Block, stats) -> Iterator[Game]:
+def _flat_games_only(block: Block) -> Iterator[Game]:
     words = np.asarray(block.payload, np.uint32)
     try:
         yield from flat_uint32.words_to_games(words)
