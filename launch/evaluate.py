@@ -73,6 +73,11 @@ _SHARD_INDEX = flags.DEFINE_integer("shard_index", None, "The shard this process
 _DISTRIBUTED = flags.DEFINE_boolean(
     "distributed", False, "Call jax.distributed.initialize(): each process scores its own shard."
 )
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "With --distributed off TPU/Slurm/MPI: host:port of process 0."
+)
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "With --coordinator_address.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "With --coordinator_address.")
 _REPORT_ONLY = flags.DEFINE_string(
     "report_only", None, "Build the report from this records directory (no model is run)."
 )
@@ -145,7 +150,13 @@ def _run() -> dict | None:
     if _DISTRIBUTED.value:
         import jax
 
-        jax.distributed.initialize()
+        # CPU processes meet through gloo (the end-of-job barrier); GPU/TPU use their own links
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(
+            coordinator_address=_COORDINATOR.value,
+            num_processes=_NUM_PROCESSES.value,
+            process_id=_PROCESS_ID.value,
+        )
     sp = _SEARCH_POSITIONS.value.strip()
     if sp != "all" and not sp.isdigit():
         raise ValueError(f"--search_positions={sp!r} must be a count or 'all'")

@@ -277,3 +277,38 @@ def test_filter_expressions():
     for bad in ("white_elo >=", "__import__('os')", "white_elo ** 2 > 1"):
         with pytest.raises(ValueError, match="--filter"):
             records.parse_filter(bad)
+
+
+@pytest.mark.slow
+def test_jax_distributed_processes_take_their_own_shards(checkpoint, sample_pgn, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "dist"
+    base = [
+        sys.executable, "-m", "launch.evaluate", f"--checkpoint={checkpoint}",
+        f"--games={sample_pgn}", f"--output={out}", "--systems=policy", "--max_games=10",
+        "--chunk_games=3", "--random_games=2", "--noplots", "--distributed",
+        f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
+    ]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [*base, f"--process_id={k}"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for k in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    shards = sorted(p.parent.name for p in (out / "records").glob("shard-*/manifest.json"))
+    assert shards == ["shard-00000-of-00002", "shard-00001-of-00002"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["meta"]["shards"] == 2 and report["meta"]["games"] == 10
+    one = _run(str(checkpoint), sample_pgn, tmp_path / "one", max_games=10, chunk_games=3)
+    assert _strip(report) == _strip(ev._jsonable(one))

@@ -419,7 +419,7 @@ def report_from_records(
     ``output_dir`` is set."""
     from allie_jax.eval.summarize import build_report
 
-    recs = records.load_records(records_dir, filter=filter)
+    recs = records.load_records(records_dir, filter=filter, lean=True)
     report = build_report(recs, filter=filter)
     if output_dir is not None:
         write_outputs(report, output_dir, plots=plots)

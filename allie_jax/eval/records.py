@@ -302,8 +302,24 @@ def shards_complete(root: epath.Path) -> bool:
     return done == set(range(n))
 
 
-def load_records(path: str | epath.Path, *, filter: str | None = None) -> Records:
-    """Merge every shard's records; ``filter`` (``parse_filter``) keeps matching human rows."""
+def _lean(table: pa.Table) -> pa.Table:
+    """The columns the report reads, with each system's top-k list cut to its top move
+    (``S.top1``): a fraction of the memory, which matters when a job holds millions of rows."""
+    drop = [c for c in table.column_names if c.endswith((".top_probs", ".p_human"))]
+    table = table.drop_columns(drop)
+    for c in [c for c in table.column_names if c.endswith(".top_moves")]:
+        system = c[: -len(".top_moves")]
+        i = table.column_names.index(c)
+        table = table.set_column(i, f"{system}.top1", pa.array(top1(table, system), pa.string()))
+    return table
+
+
+def load_records(
+    path: str | epath.Path, *, filter: str | None = None, lean: bool = False
+) -> Records:
+    """Merge every shard's records; ``filter`` (``parse_filter``) keeps matching human rows;
+    ``lean`` keeps only what the report reads (``_lean``), chunk by chunk."""
+    expr = parse_filter(filter) if filter else None
     root = find_records(path)
     manifests = load_manifests(root)
     n = manifests[0]["num_shards"]
@@ -321,10 +337,14 @@ def load_records(path: str | epath.Path, *, filter: str | None = None) -> Record
     for k in range(n):
         d = root / shard_dirname(k, n)
         for c in have[k]["chunks"]:
-            tables.append(read_table(d / c["file"]))
+            table = read_table(d / c["file"])
+            if expr is not None:  # filter before the merge: only the kept rows are held
+                table = table.filter(expr)
+            tables.append(_lean(table) if lean else table)
         extras = have[k].get("extras", {})
         if "random" in extras:
             random = read_table(d / extras["random"])
+            random = _lean(random) if lean else random
         if "calibration" in extras:
             calibration = json.loads((d / extras["calibration"]).read_text())
     if tables:
@@ -332,8 +352,6 @@ def load_records(path: str | epath.Path, *, filter: str | None = None) -> Record
     else:
         raise RecordsError(f"{root}: the shards hold no records")
     human = human.sort_by([("game_id", "ascending"), ("ply", "ascending")])
-    if filter:
-        human = human.filter(parse_filter(filter))
     return Records(human, random, manifests, calibration, str(root))
 
 
@@ -441,6 +459,8 @@ def column(table: pa.Table, name: str, dtype=np.float64, fill=np.nan) -> np.ndar
 
 def top1(table: pa.Table, system: str) -> np.ndarray:
     """object [R]: each row's top move of ``system`` (UCI, None where not scored or no move)."""
+    if f"{system}.top1" in table.column_names:
+        return table.column(f"{system}.top1").to_numpy(zero_copy_only=False).astype(object)
     arr = table.column(f"{system}.top_moves").combine_chunks()
     lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
     starts = np.cumsum(lengths) - lengths

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -147,22 +146,41 @@ class Scores:
         ``all_tokens``: ``probs`` is the model's whole distribution, so legality flags are
         measured; otherwise it already lives on legal moves (a search policy) and they hold.
         """
-        moves = np.asarray(probs[: vocab.NUM_MOVES], np.float64)
+        mask = np.zeros((1, vocab.NUM_MOVES), bool)
+        mask[0, legal] = True
+        self.set_rows(
+            np.array([p]), np.asarray(probs)[None], mask, np.array([human]), all_tokens=all_tokens
+        )
+
+    def set_rows(
+        self,
+        rows: np.ndarray,
+        probs: np.ndarray,
+        legal: np.ndarray,
+        human: np.ndarray,
+        *,
+        all_tokens: bool,
+    ) -> None:
+        """``set_from_distribution`` for many rows at once: ``probs`` [R, ≥1968], ``legal`` bool
+        [R, 1968], ``human`` [R] (−1: no human move). Ties rank the lower move id first."""
+        moves = np.asarray(probs)[:, : vocab.NUM_MOVES].astype(np.float64)
         k = self.top_moves.shape[1]
-        if legal.size:
-            order = legal[np.argsort(-moves[legal], kind="stable")][:k]
-            self.top_moves[p, : order.size] = order
-            self.top_probs[p, : order.size] = moves[order]
-        self.p_human[p] = moves[human] if human >= 0 else np.nan
+        r = np.arange(len(rows))
+        masked = np.where(legal, moves, -1.0)
+        order = np.argsort(-masked, axis=1, kind="stable")[:, :k]
+        top = np.take_along_axis(masked, order, axis=1)
+        has = top >= 0
+        self.top_moves[rows] = np.where(has, order, -1)
+        self.top_probs[rows] = np.where(has, top, 0.0)
+        self.p_human[rows] = np.where(human >= 0, moves[r, np.maximum(human, 0)], np.nan)
+        any_legal = legal.any(axis=1)
         if all_tokens:
-            mask = np.zeros(vocab.NUM_MOVES, bool)
-            mask[legal] = True
-            self.top_legal[p] = bool(mask[int(moves.argmax())]) if legal.size else False
-            self.invalid_mass[p] = float(moves[~mask].sum())
+            self.top_legal[rows] = legal[r, moves.argmax(axis=1)] & any_legal
+            self.invalid_mass[rows] = np.where(legal, 0.0, moves).sum(axis=1)
         else:
-            self.top_legal[p] = bool(legal.size)
-            self.invalid_mass[p] = 0.0
-        self.scored[p] = True
+            self.top_legal[rows] = any_legal
+            self.invalid_mass[rows] = 0.0
+        self.scored[rows] = True
 
 
 @runtime_checkable
@@ -226,28 +244,21 @@ class PolicySystem:
         ):
             g = keys[j]
             gp = positions.gps[g]
-            k = len(res.value_white)
-            for p in by_game[g]:
-                i = int(positions.ply[p])
-                if i >= k:
-                    continue  # beyond the model's context
-                legal = gp.legal_ids[i]
-                logp = res.log_probs[i]
-                out.set_from_distribution(p, np.exp(logp), legal, int(human[p]), all_tokens=True)
-                out.value[p] = res.value_white[i]
-                out.think_time[p] = res.time_s[i]
-                white = bool(gp.white_to_move[i])
-                v_mover = res.value_white[i] if white else -res.value_white[i]
-                best_legal = logp[legal].max() if legal.size else -math.inf
-                out.resign[p] = bool(
-                    legal.size
-                    and metrics.resign_decisions(
-                        logp[vocab.TERMINATION],
-                        best_legal,
-                        v_mover,
-                        value_threshold=self.resign_value,
-                    )
-                )
+            rows = np.array(by_game[g])
+            plies = positions.ply[rows]
+            inside = plies < len(res.value_white)  # the rest lies beyond the model's context
+            rows, plies = rows[inside], plies[inside]
+            logp = res.log_probs[plies]
+            legal = gp.legal_mask()[plies]
+            out.set_rows(rows, np.exp(logp), legal, human[rows], all_tokens=True)
+            value = res.value_white[plies]
+            out.value[rows] = value
+            out.think_time[rows] = res.time_s[plies]
+            v_mover = np.where(gp.white_to_move[plies], value, -value)
+            best_legal = np.where(legal, logp[:, : vocab.NUM_MOVES], -np.inf).max(axis=1)
+            out.resign[rows] = legal.any(axis=1) & metrics.resign_decisions(
+                logp[:, vocab.TERMINATION], best_legal, v_mover, value_threshold=self.resign_value
+            )
         return out
 
 

@@ -1,0 +1,174 @@
+"""Evaluation jobs at scale: the figures of issue 15, each from the real command line.
+
+    python bench/eval_jobs.py rss        # peak RSS of launch.evaluate, 1,000 vs 10,000 games
+    python bench/eval_jobs.py speed      # positions/s of policy and adaptive (tiny model)
+    python bench/eval_jobs.py rebuild    # --report_only on the records of the full sample
+    python bench/eval_jobs.py shards     # 2 shards merged vs 1 shard, full sample
+
+Every run uses a freshly initialised tiny model saved as a checkpoint (the numbers measure the job,
+not a trained model's accuracy). Each figure is printed as one JSON line with the command, the
+machine and ``/proc/loadavg`` before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "sample" / "lichess_sample.pgn.zst"
+ARENAS = REPO.parent / "shared" / "data" / "lichess" / "lichess_arenas_2025-03-25to28_noclk.pgn.zst"
+
+
+def loadavg() -> str:
+    return pathlib.Path("/proc/loadavg").read_text().split(" 1")[0].strip()
+
+
+def checkpoint(tmp: pathlib.Path) -> str:
+    path = tmp / "tiny"
+    if not path.exists():
+        code = (
+            "import sys; from flax import nnx; from allie_jax.model import AllieModel, ModelConfig;"
+            "from allie_jax.model.checkpoint import save_model;"
+            "save_model(AllieModel(ModelConfig.named('tiny'), rngs=nnx.Rngs(0)), sys.argv[1])"
+        )
+        subprocess.run([sys.executable, "-c", code, str(path)], check=True, cwd=REPO)
+    return str(path)
+
+
+def evaluate(args: list[str]) -> tuple[float, int, str]:
+    """Run launch.evaluate; (wall seconds, peak RSS of the process in MiB, the command)."""
+    cmd = [sys.executable, "-m", "launch.evaluate", "--noplots", *args]
+    start = time.perf_counter()
+    with subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.DEVNULL) as proc:
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
+    return time.perf_counter() - start, usage.ru_maxrss // 1024, " ".join(cmd[1:])
+
+
+def emit(**row) -> None:
+    row.update(machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores")
+    print(json.dumps(row), flush=True)
+
+
+def rss(tmp: pathlib.Path, ckpt: str) -> None:
+    for n in (1000, 10000):
+        before = loadavg()
+        wall, mib, cmd = evaluate(
+            [f"--checkpoint={ckpt}", f"--games={ARENAS}", f"--output={tmp}/rss{n}",
+             "--systems=policy", f"--max_games={n}", "--random_games=0"]
+        )  # fmt: skip
+        emit(figure="peak_rss", games=n, peak_rss_mib=mib, wall_s=round(wall, 1), command=cmd,
+             loadavg_before=before, loadavg_after=loadavg())  # fmt: skip
+
+
+def _chunk_rates(records: pathlib.Path, key: str, column: str) -> list[float]:
+    """Positions/s of each chunk after the first (compilation lands in the first)."""
+    import pyarrow.parquet as pq
+
+    manifest = json.loads(next(records.glob("shard-*/manifest.json")).read_text())
+    rates = []
+    for c in manifest["chunks"][1:]:
+        table = pq.read_table(next(records.glob("shard-*/" + c["file"])), columns=[column])
+        n = sum(table.column(column).to_pylist())
+        rates.append(n / c["timings_s"][key])
+    return rates
+
+
+def speed(tmp: pathlib.Path, ckpt: str) -> None:
+    before = loadavg()
+    out = tmp / "speed_policy"
+    _, _, cmd = evaluate(
+        [f"--checkpoint={ckpt}", f"--games={SAMPLE}", f"--output={out}", "--systems=policy",
+         "--max_games=300", "--chunk_games=50", "--random_games=0"]
+    )  # fmt: skip
+    rates = _chunk_rates(out / "records", "policy_pass_s", "policy.scored")
+    emit(figure="positions_per_s", system="policy", per_chunk=[round(r) for r in rates],
+         median=round(sorted(rates)[len(rates) // 2]), command=cmd, loadavg_before=before,
+         loadavg_after=loadavg())  # fmt: skip
+    before = loadavg()
+    out = tmp / "speed_adaptive"
+    _, _, cmd = evaluate(
+        [f"--checkpoint={ckpt}", f"--games={SAMPLE}", f"--output={out}",
+         "--systems=policy,adaptive", "--search_positions=all", "--max_games=12",
+         "--chunk_games=3", "--search_batch_size=32", "--random_games=0"]
+    )  # fmt: skip
+    rates = _chunk_rates(out / "records", "adaptive_s", "adaptive.scored")
+    emit(figure="positions_per_s", system="adaptive", per_chunk=[round(r, 1) for r in rates],
+         median=round(sorted(rates)[len(rates) // 2], 1), command=cmd, loadavg_before=before,
+         loadavg_after=loadavg())  # fmt: skip
+
+
+def rebuild(tmp: pathlib.Path, ckpt: str) -> pathlib.Path:
+    out = tmp / "full"
+    if not (out / "report.json").exists():
+        evaluate(
+            [f"--checkpoint={ckpt}", f"--games={SAMPLE}", f"--output={out}",
+             "--systems=policy,greedy", "--max_games=100000", "--random_games=20"]
+        )  # fmt: skip
+    before = loadavg()
+    wall, mib, cmd = evaluate([f"--report_only={out}/records", f"--output={tmp}/rebuilt"])
+    same = (tmp / "rebuilt" / "report.json").read_text() == (out / "report.json").read_text()
+    import pyarrow.dataset as ds
+
+    rows = ds.dataset(str(out / "records"), format="parquet").count_rows()
+    emit(figure="report_rebuild", rows=rows, wall_s=round(wall, 2), peak_rss_mib=mib,
+         identical_to_direct_run=same, command=cmd, loadavg_before=before,
+         loadavg_after=loadavg())  # fmt: skip
+    return out
+
+
+def shards(tmp: pathlib.Path, ckpt: str) -> None:
+    one = rebuild(tmp, ckpt)
+    before = loadavg()
+    cmds = []
+    for k in range(2):
+        _, _, cmd = evaluate(
+            [f"--checkpoint={ckpt}", f"--games={SAMPLE}", f"--output={tmp}/two",
+             "--systems=policy,greedy", "--max_games=100000", "--random_games=20",
+             "--num_shards=2", f"--shard_index={k}"]
+        )  # fmt: skip
+        cmds.append(cmd)
+    from allie_jax.eval import records
+
+    a = records.load_records(one / "records").human
+    b = records.load_records(tmp / "two" / "records").human
+    ra = json.loads((one / "report.json").read_text())
+    rb = json.loads((tmp / "two" / "report.json").read_text())
+    for r in (ra, rb):
+        for k in ("timings_s", "elapsed_s", "policy_positions_per_s", "records", "shards"):
+            r["meta"].pop(k)
+        r["meta"]["config"].pop("num_shards")
+    per_shard = [
+        sum(1 for _ in (tmp / "two" / "records").glob(f"shard-0000{k}-of-00002/chunk-*"))
+        for k in range(2)
+    ]
+    emit(figure="two_shards_vs_one", rows=a.num_rows, records_equal=a.equals(b),
+         reports_equal=ra == rb, chunks_per_shard=per_shard, commands=cmds,
+         loadavg_before=before, loadavg_after=loadavg())  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("figure", choices=["rss", "speed", "rebuild", "shards", "all"])
+    parser.add_argument("--workdir", default=None, help="Keep outputs here (default: a temp dir).")
+    args = parser.parse_args()
+    tmp = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="eval-jobs-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    ckpt = checkpoint(tmp)
+    for name in ("rss", "speed", "rebuild", "shards"):
+        if args.figure in (name, "all"):
+            globals()[name](tmp, ckpt)
+
+
+if __name__ == "__main__":
+    main()
