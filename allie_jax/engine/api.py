@@ -5,13 +5,16 @@ resignation); ``Allie.play`` turns them into a decision under a preset. Both tak
 games because every caller that matters (matches, bots serving many games) has several positions
 waiting at once, and one batched model call costs about the same as a single one.
 
-The search presets (``search``, ``adaptive``) go through ``allie_jax.search.Searcher``. The
-policy and greedy presets need no tree, so they are answered here from one jitted forward pass
-with python-chess's legal moves: the same distribution as the Searcher's budget-0 path (a test
-compares them) without compiling the tree search. The direct path also serves what the Searcher
-cannot take: games from a FEN (it replays from the standard start inside jit), games longer than
-the model's context, and positions with a claimable draw; a search preset falling back to the
-policy there is flagged in ``Decision.note``.
+Every preset goes through ``allie_jax.search.Searcher`` (``policy`` and ``greedy`` are its
+budget-0 path), so one rule (``allie_jax.search.decision``) picks every move and decides every
+resignation. What the Searcher cannot take (it replays from the standard start inside jit and
+reads at most the model's context) is answered from one forward pass with python-chess's legal
+moves and the same rule: games from a FEN, games longer than the context, and positions with a
+claimable draw; a search preset falling back to the policy there is flagged in ``Decision.note``.
+
+A clock reaches the search through ``play(..., deadline=, should_stop=)``: the search then runs
+in chunks and stops with what it has. ``warmup`` compiles every shape a caller (the UCI engine,
+batch 1) can meet, so no move ever waits for the compiler.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import chess
@@ -29,12 +32,13 @@ import numpy as np
 
 from allie_jax import vocab
 from allie_jax.game import Game, denormalize_think_time, header_tokens
+from allie_jax.search import decision
+from allie_jax.search.config import MODES, SearchConfig
+from allie_jax.search.decision import as_jax_key
 
-PRESETS = ("policy", "greedy", "search", "adaptive")
-GREEDY_ELO = 2500  # the paper's Allie-Greedy plays argmax conditioned on a 2,500 rating
-MAX_THINK_S = 200.0  # the Searcher's clip of the predicted think time (SPEC §4)
-RESIGN_VALUE = -0.9  # resign only when the mover's value is below this (SPEC §4)
+PRESETS = MODES  # the SearchConfig modes, one name per preset
 _LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512)
+_ENGINE_LENGTHS = (64,)  # fixed shapes: the direct pass pads to 64 tokens or the whole context
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,32 +110,6 @@ def game_tokens(game: Game, max_len: int = vocab.MAX_SEQ_LEN) -> np.ndarray:
     return np.asarray(head + moves, dtype=np.int32)
 
 
-def _bucket(n: int, buckets: Sequence[int]) -> int:
-    for b in buckets:
-        if n <= b:
-            return b
-    return buckets[-1]
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def as_jax_key(rng: Any) -> jax.Array:
-    """Accept an int seed, a numpy Generator or a jax key; the Searcher wants a jax key."""
-    if rng is None:
-        rng = 0
-    if isinstance(rng, (int, np.integer)):
-        return jax.random.key(int(rng))
-    if isinstance(rng, np.random.Generator):
-        return jax.random.key(int(rng.integers(0, 2**31 - 1)))
-    return rng
-
-
-def _numpy_rng(key: jax.Array) -> np.random.Generator:
-    return np.random.default_rng(int(jax.random.randint(key, (), 0, 2**31 - 1)))
-
-
 class _Forward:
     """A jitted forward that returns only the last real position of each row.
 
@@ -145,6 +123,7 @@ class _Forward:
         self.max_len = min(
             vocab.MAX_SEQ_LEN, getattr(getattr(model, "config", None), "max_len", 512)
         )
+        self.lengths = tuple(b for b in _LENGTH_BUCKETS if b < self.max_len) + (self.max_len,)
         graphdef, state = nnx.split(model)
         self._state = state
 
@@ -162,11 +141,8 @@ class _Forward:
 
     def __call__(self, rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(rows)
-        length = _bucket(
-            max(len(r) for r in rows),
-            tuple(b for b in _LENGTH_BUCKETS if b < self.max_len) + (self.max_len,),
-        )
-        batch = _pow2(n)
+        length = decision.bucket(max(len(r) for r in rows), self.lengths)
+        batch = decision.next_pow2(n)
         tokens = np.full((batch, length), vocab.PAD, dtype=np.int32)
         last = np.zeros(batch, dtype=np.int32)
         for i, r in enumerate(rows):
@@ -175,25 +151,72 @@ class _Forward:
         logits, time, value = self._fwd(self._state, jnp.asarray(tokens), jnp.asarray(last))
         return np.asarray(logits)[:n], np.asarray(time)[:n], np.asarray(value)[:n]
 
+    def fix_shapes(self) -> None:
+        """Pad to 64 tokens or the whole context only (two shapes per batch size to compile)."""
+        self.lengths = tuple(b for b in _ENGINE_LENGTHS if b < self.max_len) + (self.max_len,)
+
 
 class Allie:
-    """A loaded model plus the machinery to answer batches of games."""
+    """A loaded model plus the machinery to answer batches of games.
 
-    def __init__(self, model: Any, *, searcher_factory: Any = None) -> None:
+    ``fixed_shapes`` (set by ``warmup``) makes every Searcher compile a closed set of shapes
+    (see ``Searcher``), which ``warmup`` then compiles ahead of the first move.
+    """
+
+    def __init__(
+        self, model: Any, *, searcher_factory: Any = None, fixed_shapes: bool = False
+    ) -> None:
         self.model = model
         self._forward = _Forward(model)
         self._searcher_factory = searcher_factory
         self._searchers: dict[Any, Any] = {}
+        self.fixed_shapes = fixed_shapes
+        if fixed_shapes:
+            self._forward.fix_shapes()
 
     @classmethod
-    def load(cls, checkpoint: str | pathlib.Path) -> Allie:
+    def load(cls, checkpoint: str | pathlib.Path, **kwargs: Any) -> Allie:
         """Load a checkpoint directory (``config.json`` + ``params``) or a training workdir."""
+        from etils import epath
+
         from allie_jax.model.checkpoint import load_model
 
-        path = pathlib.Path(checkpoint)
+        path = epath.Path(checkpoint)
         if not path.exists():
             raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
-        return cls(load_model(path))
+        return cls(load_model(path), **kwargs)
+
+    def warmup(
+        self, preset: str | SearchConfig = "adaptive", batch_size: int = 1, **overrides
+    ) -> int:
+        """Compile every shape a batch of ``batch_size`` games under this preset can meet.
+
+        Switches this Allie to fixed shapes first (the set is then closed: see ``Searcher``),
+        then compiles the Searcher's pieces (chunked, as a caller with a clock runs them) and the
+        direct pass of the fallback positions. Returns the number of compiled calls made. With
+        JAX's persistent compilation cache on (``allie_jax.engine.compile_cache``), a second
+        process loads these instead of compiling them.
+        """
+        if not self.fixed_shapes:
+            self.fixed_shapes = True
+            self._searchers.clear()
+            self._forward.fix_shapes()
+        config = make_config(preset, **overrides)
+        calls = 0
+        searcher = self._searcher(config)
+        if hasattr(searcher, "warmup"):
+            calls += searcher.warmup(batch_size)
+        batch = decision.next_pow2(batch_size)
+        for length in self._forward.lengths:
+            rows = [np.zeros(length, np.int32)] * batch
+            logits, _, value = self._forward(rows)
+            legal = np.zeros((batch, vocab.NUM_MOVES), bool)
+            legal[:, 0] = True
+            decision.policy_step_jit(
+                logits, legal, value, np.zeros(batch, bool), as_jax_key(0), config=config
+            )
+            calls += 2
+        return calls
 
     # ------------------------------------------------------------------ predict
 
@@ -215,21 +238,23 @@ class Allie:
             return []
         boards = replay_boards(games, start_fens)
         logits, time, value = self._raw(games, boards)
+        defaults = SearchConfig()
+        legal = _legal_masks(boards)
+        value_stm = np.array(
+            [_side_to_move_value(float(v), b) for v, b in zip(value, boards, strict=True)]
+        )
+        resign = np.asarray(decision.resign_flags(logits, legal, value_stm, defaults))
         out = []
         for i, board in enumerate(boards):
             probs, ids = _legal_softmax(logits[i], board, 1.0)
-            legal_max = float(logits[i, ids].max()) if len(ids) else -np.inf
-            v = float(value[i])
-            resign = bool(
-                logits[i, vocab.TERMINATION] > legal_max
-                and _side_to_move_value(v, board) < RESIGN_VALUE
-            )
             out.append(
                 Prediction(
                     move_probs={vocab.MOVES[j]: float(p) for j, p in zip(ids, probs, strict=True)},
-                    think_time_s=float(np.clip(denormalize_think_time(time[i]), 0.0, MAX_THINK_S)),
-                    value_white=v,
-                    resign=resign,
+                    think_time_s=float(
+                        np.clip(denormalize_think_time(time[i]), 0.0, defaults.max_think_time)
+                    ),
+                    value_white=float(value[i]),
+                    resign=bool(resign[i]),
                 )
             )
         return out
@@ -243,7 +268,7 @@ class Allie:
             if factory is None:
                 from allie_jax.search import Searcher
 
-                factory = Searcher
+                factory = functools.partial(Searcher, fixed_shapes=self.fixed_shapes)
             self._searchers[key] = factory(self.model, config)
         return self._searchers[key]
 
@@ -254,6 +279,9 @@ class Allie:
         rng: Any = 0,
         *,
         start_fens: Sequence[str | None] | None = None,
+        deadline: float | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        budgets: Sequence[int] | None = None,
         **overrides: Any,
     ) -> list[Decision]:
         """Choose a move for each game under a preset name or a ``SearchConfig``.
@@ -261,6 +289,12 @@ class Allie:
         ``overrides`` adjust the preset's SearchConfig fields (``mean_sims``, ``temperature``, ...).
         The games' Elo headers are used as given: the caller decides whose rating conditions the
         policy (Allie-Policy plays at the opponent's rating; greedy uses the preset's 2,500).
+        Give every live game a ``game_id``: the Searcher then keeps its KV cache between moves
+        and a move costs only the plies added since the last one.
+
+        ``deadline`` (a ``time.monotonic()`` instant) and ``should_stop`` (polled) let a clock
+        cut the search short: it runs in chunks and plays from the simulations it has.
+        ``budgets`` (one per game) replaces the preset's budget rule.
         """
         games = list(games)
         if not games:
@@ -270,16 +304,23 @@ class Allie:
             if b.is_game_over(claim_draw=False) or not any(True for _ in b.legal_moves):
                 raise ValueError(f"game {i} is over ({b.result()}): no move to play")
         config = make_config(preset, **overrides)
+        if budgets is not None and len(budgets) != len(games):
+            raise ValueError(f"budgets has {len(budgets)} entries for {len(games)} games")
         key_search, key_direct = jax.random.split(as_jax_key(rng))
-        # The Searcher replays from the standard start inside jit and reads at most max_len
-        # tokens; FEN starts, over-long games and claimable draws are answered directly.
         fens = list(start_fens) if start_fens is not None else [None] * len(games)
         why = [self._direct_reason(g, f, b) for g, f, b in zip(games, fens, boards, strict=True)]
         decisions: list[Decision | None] = [None] * len(games)
         std = [i for i, w in enumerate(why) if not w]
         if std:
             try:
-                searched = self._search_or_direct([games[i] for i in std], config, key_search)
+                searched = self._search(
+                    [games[i] for i in std],
+                    config,
+                    key_search,
+                    deadline=deadline,
+                    should_stop=should_stop,
+                    budgets=None if budgets is None else [budgets[i] for i in std],
+                )
             except ValueError as exc:  # a position the Searcher refuses: never lose the move
                 why = [w or f"(search refused: {exc})" for w in why]
             else:
@@ -303,15 +344,13 @@ class Allie:
             return "in a claimable draw"
         return ""
 
-    def _search_or_direct(self, games: list[Game], config: Any, key: jax.Array) -> list[Decision]:
-        mode = _get(config, "mode", "policy")
-        no_search = not _search_available() and self._searcher_factory is None
-        if mode in ("policy", "greedy") or no_search:
-            # No tree: one jitted forward pass gives the same distribution as the Searcher's
-            # budget-0 path, without compiling the tree search (tests/test_engine_api.py checks).
-            boards = [replay_board(g) for g in games]
-            return self._direct(games, boards, config, key, "(no allie_jax.search)")
-        out = self._searcher(config).run(games, key)
+    def _search(
+        self, games: list[Game], config: Any, key: jax.Array, **clock: Any
+    ) -> list[Decision]:
+        searcher = self._searcher(config)
+        if clock.get("budgets") is None:
+            clock.pop("budgets", None)
+        out = searcher.run(games, key, **clock)
         decisions = []
         for i in range(len(games)):
             pol = np.asarray(out.policy[i])
@@ -332,51 +371,51 @@ class Allie:
         self,
         games: list[Game],
         boards: list[chess.Board],
-        config: Any,
+        config: SearchConfig,
         key: jax.Array,
         why: str = "from a FEN",
     ) -> list[Decision]:
-        """Policy / greedy from one forward pass, with python-chess's legal moves."""
-        mode = _get(config, "mode", "policy")
-        temperature = float(_get(config, "temperature", 1.0))
-        greedy_elo = int(_get(config, "greedy_elo", GREEDY_ELO))
-        max_think = float(_get(config, "max_think_time", MAX_THINK_S))
-        argmax = mode == "greedy" or _get(config, "sampling", None) == "argmax"
-        if mode == "greedy":  # both header Elos, as the Searcher's greedy preset
-            games = [
-                dataclasses.replace(g, white_elo=greedy_elo, black_elo=greedy_elo) for g in games
-            ]
+        """The budget-0 decision (``decision.policy_step``) from one forward pass, with
+        python-chess's legal moves: what the Searcher's policy path does, for the positions it
+        cannot take."""
+        games = [decision.conditioned_game(config, g) for g in games]
         logits, time, value = self._raw(games, boards)
-        gen = _numpy_rng(key)
-        note = "" if mode in ("policy", "greedy") else f"{mode} unavailable {why}: policy used"
+        legal = _legal_masks(boards)
+        value_stm = np.array(
+            [_side_to_move_value(float(v), b) for v, b in zip(value, boards, strict=True)],
+            np.float32,
+        )
+        res = decision.policy_step_jit(
+            logits, legal, value_stm, decision.argmax_rows(config, games), key, config=config
+        )
+        res = jax.device_get(res)
+        note = "" if not config.searches else f"{config.mode} unavailable {why}: policy used"
         out = []
         for i, board in enumerate(boards):
             probs, ids = _legal_softmax(logits[i], board, 1.0)
-            if argmax or temperature <= 0:
-                choice = int(np.argmax(probs))
-            else:
-                tprobs, _ = _legal_softmax(logits[i], board, temperature)
-                choice = int(gen.choice(len(ids), p=tprobs))
-            v = float(value[i])
-            legal_max = float(logits[i, ids].max())
-            resign = bool(
-                _get(config, "resign", True)
-                and logits[i, vocab.TERMINATION] > legal_max
-                and _side_to_move_value(v, board)
-                < float(_get(config, "resign_value", RESIGN_VALUE))
-            )
             out.append(
                 Decision(
-                    move=vocab.MOVES[ids[choice]],
-                    think_time_s=float(np.clip(denormalize_think_time(time[i]), 0.0, max_think)),
-                    value=v,
-                    resigned=resign,
+                    move=vocab.MOVES[int(res["move_id"][i])],
+                    think_time_s=float(
+                        np.clip(denormalize_think_time(time[i]), 0.0, config.max_think_time)
+                    ),
+                    value=float(value[i]),
+                    resigned=bool(res["resign"][i]),
                     sims=0,
                     policy={vocab.MOVES[j]: float(p) for j, p in zip(ids, probs, strict=True)},
                     note=note,
                 )
             )
         return out
+
+
+def _legal_masks(boards: Sequence[chess.Board]) -> np.ndarray:
+    """bool [B, 1968]: python-chess's legal moves as move ids."""
+    legal = np.zeros((len(boards), vocab.NUM_MOVES), bool)
+    for i, board in enumerate(boards):
+        for m in board.legal_moves:
+            legal[i, vocab.MOVE_TO_ID[m.uci()]] = True
+    return legal
 
 
 def _legal_softmax(
@@ -390,38 +429,15 @@ def _legal_softmax(
     return x / x.sum(), ids
 
 
-def _get(config: Any, name: str, default: Any) -> Any:
-    if isinstance(config, dict):
-        return config.get(name, default)
-    return getattr(config, name, default)
-
-
-@functools.cache
-def _search_available() -> bool:
-    try:
-        from allie_jax.search import SearchConfig, Searcher  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def make_config(preset: str | Any, **overrides: Any) -> Any:
-    """A SearchConfig for a preset name (or the config itself), with field overrides.
-
-    Without ``allie_jax.search`` the config is a plain dict of the same fields, which the direct
-    policy / greedy path understands.
-    """
+def make_config(preset: str | SearchConfig, **overrides: Any) -> SearchConfig:
+    """A SearchConfig for a preset name (or the config itself), with field overrides."""
     if not isinstance(preset, str):
         return dataclasses.replace(preset, **overrides) if overrides else preset
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}: expected one of {', '.join(PRESETS)}")
     fields: dict[str, Any] = {"mode": preset, **overrides}
-    if _search_available():
-        from allie_jax.search import SearchConfig
-
-        known = {f.name for f in dataclasses.fields(SearchConfig)}
-        unknown = set(fields) - known
-        if unknown:
-            raise ValueError(f"SearchConfig has no field(s) {sorted(unknown)}")
-        return SearchConfig(**fields)
-    return dict(fields)
+    known = {f.name for f in dataclasses.fields(SearchConfig)}
+    unknown = set(fields) - known
+    if unknown:
+        raise ValueError(f"SearchConfig has no field(s) {sorted(unknown)}")
+    return SearchConfig(**fields)

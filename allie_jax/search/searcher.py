@@ -24,7 +24,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -36,7 +37,7 @@ from allie_jax import chess_jax, vocab
 from allie_jax.game import Game, denormalize_think_time, encode_game
 from allie_jax.model.kv_cache import KVCache
 from allie_jax.search import budget as budget_lib
-from allie_jax.search import evaluator, pibar, selection, tree_search
+from allie_jax.search import decision, evaluator, pibar, selection, tree_search
 from allie_jax.search.config import SearchConfig
 
 LENGTH_BUCKETS = (8, 16, 32, 64, 128, 256, 512)
@@ -63,23 +64,12 @@ class SearchOutput:
     search_value: np.ndarray  # float32 [B]: the root's searched value, side to move's view
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-def _bucket(n: int, buckets: Sequence[int]) -> int:
-    for b in buckets:
-        if n <= b:
-            return b
-    return _next_pow2(n)
-
-
-def _as_key(rng: Any) -> jax.Array:
-    if isinstance(rng, np.random.Generator):
-        return jax.random.key(int(rng.integers(2**31)))
-    if isinstance(rng, int | np.integer):
-        return jax.random.key(int(rng))
-    return rng
+_next_pow2 = decision.next_pow2
+_bucket = decision.bucket
+ENGINE_SHORT_WIDTH = (
+    128  # fixed_shapes: games up to ~120 plies use this cache width, longer the model's
+)
+CHUNK_S = 0.04  # a chunked search checks its clock and ``stop`` about this often
 
 
 def row_buckets(batch: int, mode: str) -> tuple[int, ...]:
@@ -124,9 +114,86 @@ def _replay(move_ids, lengths, rules):
     return state, legal, done
 
 
-@functools.partial(
-    jax.jit, static_argnames=("graphdef", "num_nodes", "config", "tree_params", "row_buckets")
-)
+@functools.partial(jax.jit, static_argnames=("config",))
+def _decide_unsearched(root_state, legal, root_out, argmax_rows, rng, *, config: SearchConfig):
+    """Every row at budget 0 (``policy``, ``greedy``, an all-zero adaptive batch): no tree."""
+    value_stm = evaluator.mover_value(root_out.value, chess_jax.white_to_move(root_state))
+    res = decision.policy_step(root_out.policy_logits, legal, value_stm, argmax_rows, rng, config)
+    res["visits"] = jnp.zeros(legal.shape, jnp.int32)
+    res["search_value"] = value_stm
+    return res
+
+
+def _take(x, index, sorted_rows, axis=0):
+    return jnp.take(x, index, axis=axis) if sorted_rows else x
+
+
+def _sorted_cache(cache: KVCache, order, sorted_rows: bool) -> KVCache:
+    return KVCache(
+        _take(cache.k, order, sorted_rows, 1),
+        _take(cache.v, order, sorted_rows, 1),
+        _take(cache.length, order, sorted_rows),
+    )
+
+
+def _start(model, root_state, root_out, budgets, c_puct, order, num_nodes, sorted_rows):
+    """Rows sorted by budget (if ``sorted_rows``), the root evaluated, the tree initialised.
+
+    The root cache is not an input (``root_eval`` needs only its dtype), so this compiles once
+    per tree size, whatever the cache width.
+    """
+    state_s, out_s, budgets_s, c_puct_s = jax.tree.map(
+        lambda x: _take(x, order, sorted_rows), (root_state, root_out, budgets, c_puct)
+    )
+    root = evaluator.root_eval(model, state_s, out_s, model.init_cache(budgets.shape[0], 1))
+    tree = tree_search.init_tree(root, c_puct_s, num_nodes)
+    return tree, budgets_s, c_puct_s
+
+
+def _finish(tree, budgets_s, c_puct_s, order, root_out, argmax_rows, rng, config, sorted_rows):
+    """The final policy from the searched tree, back in the callers' row order, and the move.
+
+    ``budgets_s``: the simulations each (sorted) row actually ran; a row with 0 plays from the
+    tempered prior as in ``policy``.
+    """
+    prior_logits = tree.children_prior_logits[:, 0]
+    legal = selection.legal_from_logits(prior_logits)
+    prior = decision.legal_prior(prior_logits, legal)
+    tempered = decision.legal_prior(prior_logits, legal, config.temperature)
+    visits = tree.children_visits[:, 0]
+    q = jax.vmap(
+        lambda t, i: selection.completed_q(t, i, fpu_mode=config.fpu_mode, fpu=config.fpu),
+        in_axes=(0, None),
+    )(tree, 0)
+    lam = pibar.kl_lambda(c_puct_s, visits.sum(-1), legal.sum(-1), sqrt=config.lambda_sqrt)
+    if config.final_policy == "pibar":
+        searched = pibar.pibar(q, prior, legal, lam, iterations=config.pibar_iterations)
+    else:
+        searched = pibar.visit_policy(visits, prior)
+    policy = jnp.where((budgets_s > 0)[:, None], searched, tempered)
+    search_value = tree.node_values[:, 0]
+    root_value = tree.raw_values[:, 0]
+    # back to the callers' row order before sampling, so a row's move does not depend on how
+    # the batch was sorted
+    inverse = jnp.argsort(order)
+    legal, prior, policy, visits, search_value, root_value = jax.tree.map(
+        lambda x: _take(x, inverse, sorted_rows),
+        (legal, prior, policy, visits, search_value, root_value),
+    )
+    return {
+        "move_id": decision.draw_moves(policy, legal, argmax_rows, rng),
+        "policy": policy,
+        "prior": prior,
+        "visits": visits.astype(jnp.int32),
+        "resign": decision.resign_flags(root_out.policy_logits, legal, root_value, config),
+        "search_value": search_value,
+    }
+
+
+_STATIC = ("graphdef", "num_nodes", "config", "tree_params", "row_buckets")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def _search(
     graphdef,
     params,
@@ -144,61 +211,76 @@ def _search(
     tree_params: tree_search.SearchParams,
     row_buckets: tuple[int, ...],
 ):
+    """The whole search of a batch in one call: ``_start``, every simulation, ``_finish``."""
     model = nnx.merge(graphdef, params)
     sorted_rows = len(row_buckets) > 1  # rows by budget, descending: the active rows are a prefix
-
-    def take(x, index, axis=0):
-        return jnp.take(x, index, axis=axis) if sorted_rows else x
-
-    cache_s = KVCache(take(cache.k, order, 1), take(cache.v, order, 1), take(cache.length, order))
-    state_s, out_s = jax.tree.map(lambda x: take(x, order), (root_state, root_out))
-    budgets_s, c_puct_s = take(budgets, order), take(c_puct, order)
-    root = evaluator.root_eval(model, state_s, out_s, cache_s)
-    legal = selection.legal_from_logits(root.prior_logits)
-    prior = jax.nn.softmax(root.prior_logits, axis=-1)
-    prior = jnp.where(legal, prior, 0.0)
-    tempered = jnp.where(legal, jax.nn.softmax(root.prior_logits / config.temperature, -1), 0.0)
-    if num_nodes > 1:
-        expand = evaluator.make_model_expand(model, cache_s, row_buckets)
-        tree = tree_search.search(
-            root, expand, budgets_s, c_puct_s, num_nodes=num_nodes, params=tree_params
-        )
-        visits = tree.children_visits[:, 0]
-        q = jax.vmap(
-            lambda t, i: selection.completed_q(t, i, fpu_mode=config.fpu_mode, fpu=config.fpu),
-            in_axes=(0, None),
-        )(tree, 0)
-        lam = pibar.kl_lambda(c_puct_s, visits.sum(-1), legal.sum(-1), sqrt=config.lambda_sqrt)
-        if config.final_policy == "pibar":
-            searched = pibar.pibar(q, prior, legal, lam, iterations=config.pibar_iterations)
-        else:
-            searched = pibar.visit_policy(visits, prior)
-        policy = jnp.where((budgets_s > 0)[:, None], searched, tempered)
-        search_value = tree.node_values[:, 0]
-    else:
-        visits = jnp.zeros(prior.shape, jnp.int32)
-        policy = tempered
-        search_value = root.value
-    # back to the callers' row order before sampling, so a row's move does not depend on how
-    # the batch was sorted
-    inverse = jnp.argsort(order)
-    legal, prior, policy, visits, search_value, root_value = jax.tree.map(
-        lambda x: take(x, inverse), (legal, prior, policy, visits, search_value, root.value)
+    tree, budgets_s, c_puct_s = _start(
+        model, root_state, root_out, budgets, c_puct, order, num_nodes, sorted_rows
     )
-    logp = jnp.log(jnp.maximum(policy, 1e-38))
-    sampled = jax.random.categorical(rng, jnp.where(legal & (policy > 0), logp, -jnp.inf))
-    move = jnp.where(argmax_rows, jnp.argmax(jnp.where(legal, policy, -1.0), -1), sampled)
-    move_logits = jnp.where(legal, root_out.policy_logits[:, : vocab.NUM_MOVES], -jnp.inf)
-    resign_logit = root_out.policy_logits[:, vocab.TERMINATION] > move_logits.max(-1)
-    resign = resign_logit & (root_value < config.resign_value) & config.resign
-    return {
-        "move_id": move.astype(jnp.int32),
-        "policy": policy,
-        "prior": prior,
-        "visits": visits.astype(jnp.int32),
-        "resign": resign,
-        "search_value": search_value,
-    }
+    expand = evaluator.make_model_expand(
+        model, _sorted_cache(cache, order, sorted_rows), row_buckets
+    )
+    stop = jnp.max(jnp.minimum(budgets_s, num_nodes - 1))
+    tree = tree_search.run_simulations(
+        tree, expand, budgets_s, 0, stop, num_nodes=num_nodes, params=tree_params
+    )
+    return _finish(
+        tree, budgets_s, c_puct_s, order, root_out, argmax_rows, rng, config, sorted_rows
+    )
+
+
+# The same search in pieces, for a caller with a clock: start, chunks of simulations, finish.
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_nodes", "sorted_rows"))
+def _search_start(
+    graphdef, params, root_state, root_out, budgets, c_puct, order, *, num_nodes, sorted_rows
+):
+    model = nnx.merge(graphdef, params)
+    return _start(model, root_state, root_out, budgets, c_puct, order, num_nodes, sorted_rows)
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("graphdef", "num_nodes", "tree_params", "row_buckets"),
+    donate_argnames=("tree",),
+)
+def _search_chunk(
+    graphdef,
+    params,
+    cache,
+    order,
+    tree,
+    budgets_s,
+    start,
+    stop,
+    *,
+    num_nodes: int,
+    tree_params: tree_search.SearchParams,
+    row_buckets: tuple[int, ...],
+):
+    model = nnx.merge(graphdef, params)
+    cache_s = _sorted_cache(cache, order, len(row_buckets) > 1)
+    expand = evaluator.make_model_expand(model, cache_s, row_buckets)
+    return tree_search.run_simulations(
+        tree, expand, budgets_s, start, stop, num_nodes=num_nodes, params=tree_params
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("config", "sorted_rows"))
+def _search_finish(
+    tree,
+    budgets_s,
+    c_puct_s,
+    order,
+    root_out,
+    argmax_rows,
+    rng,
+    *,
+    config: SearchConfig,
+    sorted_rows: bool,
+):
+    return _finish(
+        tree, budgets_s, c_puct_s, order, root_out, argmax_rows, rng, config, sorted_rows
+    )
 
 
 # ----------------------------------------------------------------------------- the Searcher
@@ -214,13 +296,27 @@ class Searcher:
 
     ``cache_games`` bounds how many games' KV rows are kept between calls (least recently used
     dropped first); ``forget()`` clears them.
+
+    ``fixed_shapes`` (the UCI engine's setting) trades a little work for a closed set of shapes,
+    so ``warmup`` can compile all of them before the first move: the tree always has
+    ``max_sims + 1`` slots (instead of the next power of two of the batch's largest budget) and
+    a prefill runs 8 new tokens or the whole cache width. Without it (matches, benchmarks) the
+    shapes follow the batch more tightly.
     """
 
-    def __init__(self, model: Any, config: SearchConfig | None = None, *, cache_games: int = 1024):
+    def __init__(
+        self,
+        model: Any,
+        config: SearchConfig | None = None,
+        *,
+        cache_games: int = 1024,
+        fixed_shapes: bool = False,
+    ):
         self.model = model
         self.config = config or SearchConfig()
         self.graphdef, self.params = nnx.split(model)
         self.cache_games = cache_games
+        self.fixed_shapes = fixed_shapes
         self._rows: collections.OrderedDict[Any, _CachedRow] = collections.OrderedDict()
         self.stats = collections.Counter()  # prefill_tokens, simulations, ...
 
@@ -229,21 +325,35 @@ class Searcher:
 
     # -- helpers -----------------------------------------------------------------------------
     def _tokens(self, game: Game) -> np.ndarray:
-        if self.config.mode == "greedy":
-            game = dataclasses.replace(
-                game, white_elo=self.config.greedy_elo, black_elo=self.config.greedy_elo
-            )
-        return encode_game(game, partial=True).tokens
+        return encode_game(decision.conditioned_game(self.config, game), partial=True).tokens
 
     @staticmethod
     def _key(game: Game) -> Any:
         return game.game_id or id(game)
 
+    def _widths(self) -> tuple[int, ...]:
+        """Cache / replay widths: the fine buckets, or two for ``fixed_shapes`` (each width
+        compiles the whole search again; a wider cache costs a little attention per simulation)."""
+        max_len = self.model.config.max_len
+        if self.fixed_shapes:
+            return tuple(sorted({min(ENGINE_SHORT_WIDTH, max_len), max_len}))
+        return LENGTH_BUCKETS
+
+    def _prefill_width(self, num_new: int, width: int) -> int:
+        if self.fixed_shapes:
+            return PREFILL_BUCKETS[0] if num_new <= PREFILL_BUCKETS[0] else width
+        return _bucket(num_new, PREFILL_BUCKETS)
+
+    def _tree_size(self, max_budget: int) -> int:
+        if self.fixed_shapes:
+            return 1 if max_budget <= 0 else self.config.max_sims + 1
+        return tree_size(max_budget, self.config.max_sims)
+
     def _prefill(self, keys, token_rows):
         cfg = self.model.config
         b = len(token_rows)
         lengths = np.array([len(t) for t in token_rows])
-        width = _bucket(int(lengths.max()), LENGTH_BUCKETS)
+        width = _bucket(int(lengths.max()), self._widths())
         if width > cfg.max_len:
             raise ValueError(
                 f"a game prefix has {int(lengths.max())} tokens; the model takes at most {cfg.max_len}"
@@ -271,7 +381,7 @@ class Searcher:
             cache = KVCache(k, v, cache.length)
         cache = KVCache(cache.k, cache.v, jnp.asarray(usable, jnp.int32))
         num_new = lengths - usable
-        s = _bucket(int(num_new.max()), PREFILL_BUCKETS)
+        s = self._prefill_width(int(num_new.max()), width)
         new = np.full((b, s), vocab.PAD, np.int32)
         for i, toks in enumerate(token_rows):
             new[i, : num_new[i]] = toks[usable[i] :]
@@ -289,9 +399,32 @@ class Searcher:
             self._rows.popitem(last=False)
         return out, cache
 
+    def _replay(self, move_lists: Sequence[np.ndarray]):
+        b = len(move_lists)
+        width = _bucket(max(1, max(len(m) for m in move_lists)), self._widths())
+        move_ids = np.zeros((b, width), np.int32)
+        for i, m in enumerate(move_lists):
+            move_ids[i, : len(m)] = m
+        lengths = np.array([len(m) for m in move_lists], np.int32)
+        return _replay(jnp.asarray(move_ids), jnp.asarray(lengths), self.config.rules)
+
     # -- the API -----------------------------------------------------------------------------
-    def run(self, games: Sequence[Game], rng: Any) -> SearchOutput:
-        """Choose a move for every game (each must have a legal move: no finished games)."""
+    def run(
+        self,
+        games: Sequence[Game],
+        rng: Any,
+        *,
+        deadline: float | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        budgets: np.ndarray | Sequence[int] | None = None,
+    ) -> SearchOutput:
+        """Choose a move for every game (each must have a legal move: no finished games).
+
+        ``deadline`` (a ``time.monotonic()`` instant) and ``should_stop`` (polled between
+        chunks) make the search run in chunks of simulations and stop early with the tree it
+        has; ``num_sims`` then reports the simulations each game actually got. ``budgets``
+        replaces the preset's budget rule (UCI ``go nodes``), clipped to ``[0, max_sims]``.
+        """
         if len(games) == 0:
             raise ValueError("games is empty")
         cfg = self.config
@@ -306,12 +439,7 @@ class Searcher:
         root_out, cache = self._prefill(keys, token_rows)
 
         move_lists = [t[h:] for t, h in zip(token_rows, heads + [heads[0]] * pad, strict=True)]
-        width = _bucket(max(1, max(len(m) for m in move_lists)), LENGTH_BUCKETS)
-        move_ids = np.zeros((b, width), np.int32)
-        for i, m in enumerate(move_lists):
-            move_ids[i, : len(m)] = m
-        lengths = np.array([len(m) for m in move_lists], np.int32)
-        state, _, done = _replay(jnp.asarray(move_ids), jnp.asarray(lengths), cfg.rules)
+        state, legal, done = self._replay(move_lists)
         finished = np.flatnonzero(np.asarray(done)[:n])
         if len(finished):
             raise ValueError(f"games {finished.tolist()} are already over: nothing to search")
@@ -319,40 +447,25 @@ class Searcher:
         think = np.clip(
             np.asarray(denormalize_think_time(root_out.time), np.float64), 0.0, cfg.max_think_time
         )
-        budgets = budget_lib.simulation_budgets(cfg, think)
-        budgets[n:] = 0
-        c_puct = budget_lib.scaled_c_puct(cfg, budgets)
-        argmax_rows = np.full(b, cfg.move_rule == "argmax")
-        if cfg.move_rule == "rating-based":
-            argmax_rows[:] = False
-            for i, g in enumerate(games):
-                white = len(g.moves) % 2 == 0
-                elo = g.white_elo if white else g.black_elo
-                if cfg.mode == "greedy":
-                    elo = cfg.greedy_elo
-                argmax_rows[i] = (elo or 0) >= cfg.rating_based_elo and len(g.moves) > 8
-        nodes = tree_size(int(budgets.max()), cfg.max_sims)
-        buckets = row_buckets(b, cfg.mode)
-        order = np.argsort(-budgets, kind="stable").astype(np.int32)
-        params = tree_search.SearchParams(cfg.c_base, cfg.fpu_mode, float(cfg.fpu), cfg.max_path)
-        res = _search(
-            self.graphdef,
-            self.params,
+        if budgets is None:
+            sims = budget_lib.simulation_budgets(cfg, think)
+        else:
+            sims = np.zeros(b, np.int32)
+            sims[:n] = np.clip(np.asarray(budgets, np.int64)[:n], 0, cfg.max_sims)
+        sims[n:] = 0
+        argmax_rows = decision.argmax_rows(cfg, games, b)
+        res, ran = self._decide(
             cache,
             state,
+            legal,
             root_out,
-            jnp.asarray(budgets),
-            jnp.asarray(c_puct),
-            jnp.asarray(argmax_rows),
-            _as_key(rng),
-            jnp.asarray(order),
-            num_nodes=nodes,
-            config=cfg,
-            tree_params=params,
-            row_buckets=buckets,
+            sims,
+            argmax_rows,
+            decision.as_jax_key(rng),
+            deadline=deadline,
+            should_stop=should_stop,
         )
-        res = jax.device_get(res)
-        self.stats["simulations"] += int(budgets[:n].sum())
+        self.stats["simulations"] += int(ran[:n].sum())
         self.stats["positions"] += n
         move_id = np.asarray(res["move_id"][:n], np.int32)
         return SearchOutput(
@@ -361,9 +474,190 @@ class Searcher:
             policy=np.asarray(res["policy"][:n], np.float32),
             prior=np.asarray(res["prior"][:n], np.float32),
             visit_counts=np.asarray(res["visits"][:n], np.int32),
-            num_sims=budgets[:n].astype(np.int32),
+            num_sims=ran[:n].astype(np.int32),
             value_white=np.asarray(root_out.value[:n], np.float32),
             think_time_s=think[:n].astype(np.float32),
             resign=np.asarray(res["resign"][:n], bool),
             search_value=np.asarray(res["search_value"][:n], np.float32),
         )
+
+    def _decide(
+        self,
+        cache: KVCache,
+        state,
+        legal,
+        root_out,
+        budgets: np.ndarray,
+        argmax_rows: np.ndarray,
+        key: jax.Array,
+        *,
+        deadline: float | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The move of every row from its root: budget 0 → the policy, else the search.
+
+        Returns the results (numpy) and the simulations each row ran.
+        """
+        cfg = self.config
+        b = len(budgets)
+        nodes = self._tree_size(int(budgets.max()))
+        if nodes == 1:
+            res = _decide_unsearched(
+                state, legal, root_out, jnp.asarray(argmax_rows), key, config=cfg
+            )
+            return jax.device_get(res), np.zeros(b, np.int32)
+        budgets = np.minimum(budgets, nodes - 1).astype(np.int32)
+        c_puct = budget_lib.scaled_c_puct(cfg, budgets)
+        buckets = row_buckets(b, cfg.mode)
+        order = np.argsort(-budgets, kind="stable").astype(np.int32)
+        params = tree_search.SearchParams(cfg.c_base, cfg.fpu_mode, float(cfg.fpu), cfg.max_path)
+        if deadline is None and should_stop is None:
+            res = _search(
+                self.graphdef,
+                self.params,
+                cache,
+                state,
+                root_out,
+                jnp.asarray(budgets),
+                jnp.asarray(c_puct),
+                jnp.asarray(argmax_rows),
+                key,
+                jnp.asarray(order),
+                num_nodes=nodes,
+                config=cfg,
+                tree_params=params,
+                row_buckets=buckets,
+            )
+            return jax.device_get(res), budgets
+        sorted_rows = len(buckets) > 1
+        tree, budgets_s, c_puct_s = _search_start(
+            self.graphdef,
+            self.params,
+            state,
+            root_out,
+            jnp.asarray(budgets),
+            jnp.asarray(c_puct),
+            jnp.asarray(order),
+            num_nodes=nodes,
+            sorted_rows=sorted_rows,
+        )
+        tree_ref = [tree]
+        ran = self._run_chunks(
+            cache,
+            jnp.asarray(order),
+            tree_ref,
+            budgets_s,
+            int(budgets.max()),
+            nodes,
+            params,
+            buckets,
+            deadline,
+            should_stop,
+        )
+        ran_s = jnp.minimum(budgets_s, ran)
+        res = _search_finish(
+            tree_ref[0],
+            ran_s,
+            c_puct_s,
+            jnp.asarray(order),
+            root_out,
+            jnp.asarray(argmax_rows),
+            key,
+            config=cfg,
+            sorted_rows=sorted_rows,
+        )
+        return jax.device_get(res), np.minimum(budgets, ran).astype(np.int32)
+
+    def _run_chunks(
+        self,
+        cache,
+        order,
+        tree_ref,
+        budgets_s,
+        total,
+        nodes,
+        params,
+        buckets,
+        deadline,
+        should_stop,
+    ) -> int:
+        """Run simulations 0..total − 1 in chunks of about ``CHUNK_S`` seconds, stopping early
+        when ``should_stop()`` says so or the next chunk would end past ``deadline``.
+
+        ``tree_ref[0]`` holds the tree (each chunk consumes its input); returns how many
+        simulation steps ran.
+        """
+        done, chunk = 0, 1
+        while done < total:
+            now = time.monotonic()
+            if should_stop is not None and should_stop():
+                break
+            if deadline is not None and now >= deadline:
+                break
+            n = min(chunk, total - done)
+            t0 = time.monotonic()
+            tree = _search_chunk(
+                self.graphdef,
+                self.params,
+                cache,
+                order,
+                tree_ref[0],
+                budgets_s,
+                jnp.int32(done),
+                jnp.int32(done + n),
+                num_nodes=nodes,
+                tree_params=params,
+                row_buckets=buckets,
+            )
+            tree_ref[0] = jax.block_until_ready(tree)
+            done += n
+            rate = n / max(time.monotonic() - t0, 1e-4)  # simulation steps per second
+            chunk = max(1, int(rate * CHUNK_S))
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                chunk = min(chunk, int(rate * left * 0.8))
+                if chunk < 1:
+                    break
+        return done
+
+    # -- compiling before the first move -------------------------------------------------------
+    def warmup(self, batch_size: int = 1, *, chunked: bool = True) -> int:
+        """Compile every shape a batch of ``batch_size`` games can meet; returns calls made.
+
+        Meant for ``fixed_shapes`` (the set is then closed): for each cache width up to the
+        model's context, the prefill (8 new tokens and a cold full width), the replay, the
+        budget-0 decision, and, for searching presets, the search (chunked pieces when
+        ``chunked``, else the one-call ``_search``). Runs on synthetic inputs; nothing is cached
+        for any game afterwards.
+        """
+        cfg = self.config
+        b = _next_pow2(batch_size)
+        widths = [w for w in self._widths() if w <= self.model.config.max_len]
+        before = self.stats.copy()
+        key = decision.as_jax_key(0)
+        argmax = np.zeros(b, bool)
+        calls = 0
+        searching = budget_lib.simulation_budgets(cfg, np.full(1, cfg.max_think_time))[0] > 0
+        for w in widths:
+            rows = [np.zeros(w, np.int32)] * b
+            keys = [("__warmup__", i) for i in range(b)]
+            self._prefill(keys, rows)  # cold: the whole width
+            root_out, cache = self._prefill(keys, rows)  # warm: ≤ 8 new tokens
+            if w < widths[-1]:  # a game growing into the next width copies its cached row
+                self._prefill([("__warmup__", -1)], [np.zeros(w, np.int32)])
+                self._prefill([("__warmup__", -1)], [np.zeros(w + 1, np.int32)])
+            zeros = jnp.zeros((b, w), jnp.int32)  # every row at the start: a legal position
+            state, legal, _ = _replay(zeros, jnp.zeros((b,), jnp.int32), cfg.rules)
+            calls += 3
+            if w == widths[0]:
+                self._decide(cache, state, legal, root_out, np.zeros(b, np.int32), argmax, key)
+                calls += 1
+            if searching:
+                sims = np.ones(b, np.int32)
+                stop = (lambda: False) if chunked else None
+                self._decide(cache, state, legal, root_out, sims, argmax, key, should_stop=stop)
+                calls += 1
+        for k in [k for k in self._rows if isinstance(k, tuple) and k[:1] == ("__warmup__",)]:
+            del self._rows[k]
+        self.stats = before
+        return calls

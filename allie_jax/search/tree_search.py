@@ -207,7 +207,31 @@ def search(
     unbatched tree, called at every node with depth 0) defaults to Allie's pUCT; it reads
     per-game data from ``tree.extra_data`` (``c_puct`` plus ``extra_data``).
     """
-    batch = root.value.shape[0]
+    tree = init_tree(root, c_puct, num_nodes, extra_data)
+    stop = jnp.max(jnp.minimum(jnp.asarray(budgets, jnp.int32), num_nodes - 1))
+    return run_simulations(
+        tree, expand_fn, budgets, 0, stop, num_nodes=num_nodes, params=params, select_fn=select_fn
+    )
+
+
+def run_simulations(
+    tree: Tree,
+    expand_fn: ExpandFn,
+    budgets: chex.Array,
+    start: chex.Array | int,
+    stop: chex.Array | int,
+    *,
+    num_nodes: int,
+    params: SearchParams,
+    select_fn: SelectFn | None = None,
+) -> Tree:
+    """Simulations ``start .. stop − 1`` on a tree from ``init_tree`` (or an earlier call).
+
+    ``search`` is one call over 0 .. max(budgets); a caller with a clock runs the same loop in
+    chunks (the tree carries everything between them, ``extra_data`` included), so it can stop
+    at a deadline with the tree it has: simulation ``sim`` does exactly the same either way.
+    """
+    batch = tree.node_values.shape[0]
     brange = jnp.arange(batch)
     budgets = jnp.minimum(jnp.asarray(budgets, jnp.int32), num_nodes - 1)
     if select_fn is None:
@@ -261,5 +285,4 @@ def search(
         leaf_value = jnp.where(revisit, tree.node_values[brange, node], value)
         return backup(tree, path, path_len, expand, active, new, leaf_value, num_nodes)
 
-    tree = init_tree(root, c_puct, num_nodes, extra_data)
-    return jax.lax.fori_loop(0, jnp.max(budgets), body, tree)
+    return jax.lax.fori_loop(start, stop, body, tree)
