@@ -117,3 +117,23 @@ def test_beam_histogram_top_up_and_training_reader(tmp_path, sample_pgn):
         total_a = sum(int(x["policy_mask"].sum()) for x in a)
         total_b = sum(int(x["policy_mask"].sum()) for x in b)
         assert total_a == total_b > 0
+
+
+@pytest.mark.slow
+def test_train_reads_a_tfds_build_directly(built, tmp_path):
+    """launch.train's library entry on the TFDS data_dir: no conversion step in between."""
+    from allie_jax.train import train_and_evaluate
+    from configs.tiny import get_config
+
+    config = get_config()
+    config.data.data_dir = str(built.data_dir)  # the version folder; its parent works too
+    config.data.seq_len = 128
+    config.train.steps = 4
+    config.train.batch_size = 4
+    config.train.log_every = 2
+    config.train.eval_every = 4
+    config.train.eval_batches = 1
+    config.train.checkpoint_every = 4
+    config.train.async_checkpoints = False
+    result = train_and_evaluate(config, str(tmp_path / "work"))
+    assert result.final_step == 4 and result.val_metrics

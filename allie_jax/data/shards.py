@@ -159,18 +159,14 @@ class ShardWriter:
 TFDS_DATASET_NAME = "allie_lichess"  # the TFDS builder's dataset (data.tfds_builder)
 
 
-def shard_paths(data_dir: str | os.PathLike, split: str) -> list[str]:
-    """The shard files of a split, in order, as local paths; a clear error when there are none.
+def find_shards(data_dir: str | os.PathLike, split: str) -> list[str]:
+    """The shard files of a split, in order, where they are (local or remote: etils.epath).
 
     Two layouts are found: ``prepare_data``'s ``DATA_DIR/split/*.array_record``, and the TFDS
     builder's ``allie_lichess-split.array_record-*`` files, in ``data_dir`` itself (a version
     folder) or under ``data_dir/allie_lichess/VERSION/`` (the TFDS data_dir; newest version).
-    Records of the second layout are tf.train.Examples: read them with
-    ``records.game_record``.
-
-    ``data_dir`` may be remote (etils.epath: ``gs://...``): ArrayRecord's reader only does local
-    files, so remote shards are copied once into the cache (``paths.local_copy``; for a large
-    data set, mount the bucket instead, e.g. with gcsfuse, and pass the mount point).
+    Records of the second layout are tf.train.Examples: read them with ``records.game_record``.
+    Raises ``FileNotFoundError`` saying what to run when there are none.
     """
     root = paths.as_path(data_dir)
     found = _glob(root / split, "*.array_record")
@@ -187,7 +183,16 @@ def shard_paths(data_dir: str | os.PathLike, split: str) -> list[str]:
             f"{TFDS_DATASET_NAME} build in {os.fspath(root)}): run `python -m "
             "launch.prepare_data` first"
         )
-    return [paths.local_copy(p) for p in found]
+    return found
+
+
+def shard_paths(data_dir: str | os.PathLike, split: str) -> list[str]:
+    """``find_shards`` as local paths, for ArrayRecord's reader (which only does local files).
+
+    Remote shards (``gs://...``) are copied once into the cache (``paths.local_copy``); for a
+    large data set, mount the bucket instead (e.g. with gcsfuse) and pass the mount point.
+    """
+    return [paths.local_copy(p) for p in find_shards(data_dir, split)]
 
 
 def _glob(folder, pattern: str) -> list[str]:

@@ -23,6 +23,7 @@ import ml_collections
 from etils import epath
 from flax import nnx
 
+from allie_jax.data import shards
 from allie_jax.data.pipeline import make_iterator
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.train import sharding as shd
@@ -96,11 +97,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             "config.data.data_dir is empty: pass --data_dir (output of launch.prepare_data)"
         )
-    data_dir = epath.Path(config.data.data_dir)
-    if not (data_dir / "train").is_dir():
-        raise FileNotFoundError(
-            f"no train split under data_dir {data_dir} (run launch.prepare_data)"
-        )
+    # prepare_data's DATA_DIR/train or a TFDS build; FileNotFoundError says what to run.
+    shards.find_shards(config.data.data_dir, "train")
     gpt2 = gpt2_init_path(config)
     if gpt2 and not epath.Path(gpt2).is_file():
         raise FileNotFoundError(f"config.model.init_from_gpt2 names a missing file: {gpt2}")
