@@ -219,20 +219,19 @@ def load_maia(path: str | os.PathLike) -> MaiaNet:
 # --- batched, jitted inference --------------------------------------------------------------------
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _forward(graphdef, state, planes):
+    """One compiled program per architecture and batch size, shared by all nine networks."""
+    return nnx.merge(graphdef, state)(planes)
+
+
 class MaiaPredictor:
     """Batched inference with fixed batch buckets (one compilation per bucket size)."""
 
     def __init__(self, net: MaiaNet, batch_size: int = 256):
         self.net = net
         self.batch_size = batch_size
-        graphdef, state = nnx.split(net)
-
-        @jax.jit
-        def forward(state, planes):
-            return nnx.merge(graphdef, state)(planes)
-
-        self._state = state
-        self._forward = forward
+        self._graphdef, self._state = nnx.split(net)
 
     def __call__(self, planes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """float32 ``[N, 112, 8, 8]`` → (policy logits ``[N, 1858]``, WDL probabilities ``[N, 3]``)."""
@@ -243,7 +242,7 @@ class MaiaPredictor:
             size = _bucket(len(chunk), self.batch_size)
             padded = np.zeros((size, *chunk.shape[1:]), np.float32)
             padded[: len(chunk)] = chunk
-            pol, wdl = self._forward(self._state, jnp.asarray(padded))
+            pol, wdl = _forward(self._graphdef, self._state, jnp.asarray(padded))
             pols.append(np.asarray(pol)[: len(chunk)])
             wdls.append(np.asarray(jax.nn.softmax(wdl, axis=-1))[: len(chunk)])
         if not pols:

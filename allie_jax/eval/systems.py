@@ -414,6 +414,8 @@ BUILTIN: dict[str, Factory | str] = {
     "greedy": _greedy,
     "search": _search,
     "adaptive": _search,
+    # maia (Maia*), maia-1500, maia+search, maia+gumbel, ... (issue 12)
+    "maia": "allie_jax.baselines.eval_systems:make_maia",
 }
 _REGISTRY: dict[str, Factory | str] = dict(BUILTIN)
 
