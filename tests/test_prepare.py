@@ -178,6 +178,43 @@ def test_command_line(tmp_path, sample_pgn):
     assert stats["games_read"] == 999 and stats["per_split"]["val"]["games"] > 50
 
 
+def test_blocks_cut_only_between_games_on_mangled_text(tmp_path, small_pgn):
+    """Damaged PGN (lines dropped, doubled, blank lines added, CRLF, comments opened) still
+    splits into the same games with a cut at every possible boundary."""
+    import random
+
+    lines = small_pgn.read_text().splitlines(keepends=True)
+    rng = random.Random(0)
+    for trial in range(40):
+        out = []
+        for line in lines:
+            r = rng.random()
+            if r < 0.03:
+                continue
+            if r < 0.06:
+                out.append(line)
+            elif r < 0.09:
+                out.append("\n")
+            elif r < 0.11:
+                out.append("{ open comment\n")
+            out.append(line)
+        text = "".join(out)
+        if trial % 2:
+            text = text.replace("\n", "\r\n")
+        path = tmp_path / f"m{trial}.pgn"
+        path.write_bytes(text.encode())
+        whole = [
+            (g.header_lines, g.move_lines, g.complete) for g in pgn.split_games(pgn._lines(path))
+        ]
+        blocks = prepare.pgn_blocks(str(path), 0, pgn.InputStatus(), block_bytes=1)
+        games = [
+            (g.header_lines, g.move_lines, g.complete)
+            for b in blocks
+            for g in pgn.split_games(iter(pgn.text_from_bytes([b.payload]).readline, ""))
+        ]
+        assert games == whole, trial
+
+
 # --- bad and cut inputs, all-or-nothing output ------------------------------------------------
 
 
