@@ -217,6 +217,34 @@ def test_sigterm_saves_and_exits(prepared_sample, tmp_path):
     steps = [int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()]
     assert steps and max(steps) >= 3
     assert f"preempted (resumable) at step {max(steps)}" in out
+    assert "random initial weights (scratch)" in out  # says how it started
     # Orbax's per-save INFO lines went to the log file, not the console.
     assert "Saving checkpoint" not in err + out and "orbax" not in (err + out).lower()
     assert "checkpoint" in (workdir / "logs" / "train.log").read_text().lower()
+
+
+def test_paper_config_requires_an_explicit_start(prepared_sample):
+    """allie_medium refuses to guess between GPT-2 weights and random ones; the flag sets it."""
+    from absl import flags
+    from ml_collections import config_flags
+
+    from allie_jax.train.loop import gpt2_init_path, validate_config
+
+    def parse(*overrides):
+        argv = ["train", "--config=configs/allie_medium.py", *overrides]
+        values = flags.FlagValues()
+        config_flags.DEFINE_config_file("config", None, "", flag_values=values, sys_argv=argv)
+        values(argv)
+        config = values.config
+        config.data.data_dir = str(prepared_sample)
+        return config
+
+    config = parse()
+    with pytest.raises(ValueError, match="init_from_gpt2=scratch"):
+        validate_config(config)
+    scratch = parse("--config.model.init_from_gpt2=scratch")
+    validate_config(scratch)  # also: 256 rows in 2 micro-batches divide over this host's devices
+    assert gpt2_init_path(scratch) is None
+    path = parse("--config.model.init_from_gpt2=/nowhere/model.safetensors")
+    with pytest.raises(FileNotFoundError, match="init_from_gpt2"):
+        validate_config(path)
