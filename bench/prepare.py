@@ -75,12 +75,22 @@ def bench_workers(args) -> None:
         # What caps the run with free cores: the main process's CPU per game. Ours: decompress
         # and cut blocks (measured inside a 2-worker run); the former design's main process
         # also split the stream into games line by line (measured alone, without its writing).
+        import resource
+
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = time.process_time()
         stats = prepare.prepare([str(path)], folder / "cpu", config, workers=2)
         ours = time.process_time() - cpu
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        worker_cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
         cpu = time.process_time()
         n = sum(1 for _ in pgn.split_games(pgn._lines(str(path))))
         former = time.process_time() - cpu
+        g = stats["games_read"]
+        print(
+            f"worker CPU (2 workers, incl. start-up): {1e6 * worker_cpu / g:.0f} us/game; "
+            f"with N free cores: about N x {g / worker_cpu:.0f} games/s up to the main cap"
+        )
         print(
             f"main-process CPU: ours {1e6 * ours / stats['games_read']:.0f} us/game "
             f"(cap {stats['games_read'] / ours:.0f} games/s); former line splitting alone "
