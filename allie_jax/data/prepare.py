@@ -121,28 +121,10 @@ def _game_filter(game: Game, headers: dict[str, str], config, balance) -> str | 
     return reason
 
 
-@dataclasses.dataclass
-class ChunkResult:
-    written: list[tuple[str, bytes, int, int | None]]  # split, record, tokens, Elo bin
-    stats: pgn.ParseStats
+def keep_raw_game(raw: pgn.RawGame, config, balance, stats: pgn.ParseStats):
+    """(split, record, tokens, Elo bin, split hash) of a kept game, else None (counted).
 
-
-def process_chunk(args) -> ChunkResult:
-    """Parse, filter and serialize raw games (the TFDS builder's per-game step)."""
-    raw_games, config, balance = args
-    stats = pgn.ParseStats()
-    written = []
-    for header_lines, move_lines, complete in raw_games:
-        raw = pgn.RawGame()
-        raw.header_lines, raw.move_lines, raw.complete = header_lines, move_lines, complete
-        kept = _keep_raw(raw, config, balance, stats)
-        if kept is not None:
-            written.append(kept[:4])
-    return ChunkResult(written, stats)
-
-
-def _keep_raw(raw: pgn.RawGame, config, balance, stats: pgn.ParseStats):
-    """(split, record, tokens, Elo bin, split hash) of a kept game, else None (counted)."""
+    The per-game rule shared by ``prepare`` and the TFDS builder: parse, filter, split."""
     stats.games_read += 1
     try:
         parsed = pgn.parse_game(raw, require_clocks=config.require_clocks)
@@ -284,7 +266,7 @@ def _block_games(block: Block, config, balance, stats: pgn.ParseStats):
     previous = None
     for raw in pgn.split_games(iter(text.readline, "")):
         if previous is not None:
-            kept = _keep_raw(previous, config, balance, stats)
+            kept = keep_raw_game(previous, config, balance, stats)
             if kept is not None:
                 yield kept
         previous = raw
@@ -292,7 +274,7 @@ def _block_games(block: Block, config, balance, stats: pgn.ParseStats):
         stats.games_read += 1
         stats.drop("truncated")
     elif previous is not None:
-        kept = _keep_raw(previous, config, balance, stats)
+        kept = keep_raw_game(previous, config, balance, stats)
         if kept is not None:
             yield kept
 

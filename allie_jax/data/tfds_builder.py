@@ -1,7 +1,7 @@
 """A TFDS dataset of game records built under Apache Beam (the scale path for monthly dumps).
 
 ``launch.prepare_data`` parses on one machine; this builder runs the very same per-game code
-(``prepare._keep_raw``: ``pgn.parse_game``, the header filters, ``min_plies``, Elo
+(``prepare.keep_raw_game``: ``pgn.parse_game``, the header filters, ``min_plies``, Elo
 balancing and ``shards.assign_split`` on the game id) inside a Beam pipeline, so a Dataflow /
 Flink / Spark run and a local ``prepare_data`` run put the same games, with byte-identical
 records, in the same splits (tests/test_tfds_builder.py checks it with the DirectRunner).
@@ -89,7 +89,7 @@ def parse_chunk(
         else:
             raw = pgn.RawGame()
             raw.header_lines, raw.move_lines, raw.complete = header_lines, move_lines, complete
-            kept = prepare_lib._keep_raw(raw, config, balance, stats)
+            kept = prepare_lib.keep_raw_game(raw, config, balance, stats)
         for reason, count in stats.dropped.items():
             Metrics.counter(COUNTER_NAMESPACE, f"dropped_{reason}").inc(count)
         Metrics.counter(COUNTER_NAMESPACE, "games_read").inc(stats.games_read)
