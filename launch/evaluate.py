@@ -20,7 +20,14 @@ import sys
 
 from absl import app, flags
 
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Checkpoint dir or training workdir.")
+_CHECKPOINT = flags.DEFINE_string(
+    "checkpoint", None, "Allie checkpoint dir or training workdir (not needed for Maia-only runs)."
+)
+_MAIA_DIR = flags.DEFINE_string(
+    "maia_dir",
+    None,
+    "Directory of Maia-1 nets (maia-1100..1900.pb.gz); = --system_options maia_dir=",
+)
 _GAMES = flags.DEFINE_string("games", None, "PGN of human games (.pgn, .pgn.zst, .pgn.bz2).")
 _OUTPUT = flags.DEFINE_string("output", None, "Directory for report.json, report.md, plots.")
 _SYSTEMS = flags.DEFINE_list(
@@ -34,7 +41,7 @@ _STOCKFISH = flags.DEFINE_string(
 )
 _SEARCH_POSITIONS = flags.DEFINE_string(
     "search_positions",
-    "200",
+    "2000",
     "Move-matching positions scored by search systems: a count (a seeded subsample of the whole "
     "input) or 'all'.",
 )
@@ -144,13 +151,12 @@ def _run() -> dict | None:
         )
     if _FILTER.value:
         raise ValueError("--filter applies to --report_only (records are always complete)")
-    missing = [f"--{n}" for n, v in (("checkpoint", _CHECKPOINT), ("games", _GAMES)) if not v.value]
-    if missing:
-        raise ValueError(f"{' and '.join(missing)} required (or --report_only RECORDS_DIR)")
+    if not _GAMES.value:
+        raise ValueError("--games is required (or --report_only RECORDS_DIR)")
     if _DISTRIBUTED.value:
         import jax
 
-        # CPU processes meet through gloo (the end-of-job barrier); GPU/TPU use their own links
+        # CPU processes meet through gloo (orbax syncs them on restore); GPU/TPU have their own
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(
             coordinator_address=_COORDINATOR.value,
@@ -172,7 +178,8 @@ def _run() -> dict | None:
         stockfish_nodes=_STOCKFISH_NODES.value,
         calibration_pgn=_CALIBRATION_PGN.value,
         calibration_systems=tuple(_CALIBRATION_SYSTEMS.value),
-        system_options=tuple(_parse_options(_SYSTEM_OPTIONS.value)),
+        system_options=tuple(_parse_options(_SYSTEM_OPTIONS.value))
+        + ((("maia_dir", _MAIA_DIR.value),) if _MAIA_DIR.value else ()),
         top_k=_TOP_K.value,
         chunk_games=_CHUNK_GAMES.value,
         num_shards=_NUM_SHARDS.value,

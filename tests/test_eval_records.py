@@ -312,3 +312,26 @@ def test_jax_distributed_processes_take_their_own_shards(checkpoint, sample_pgn,
     assert report["meta"]["shards"] == 2 and report["meta"]["games"] == 10
     one = _run(str(checkpoint), sample_pgn, tmp_path / "one", max_games=10, chunk_games=3)
     assert _strip(report) == _strip(ev._jsonable(one))
+
+
+def test_a_run_without_an_allie_model(sample_pgn, tmp_path, firstlegal):
+    """Systems that need no Allie checkpoint (Maia) run alone: no policy pass, no Allie blocks."""
+    report = _run(None, sample_pgn, tmp_path, systems=("firstlegal",), search_positions="all",
+                  max_games=3)  # fmt: skip
+    block = report["move_accuracy"]["firstlegal"]
+    assert block["positions"] == _protocol_positions(sample_pgn, 3) > 0
+    assert "minus_policy" not in block and block["overall_by_game"]["games"] == 3
+    assert "legal" not in report and report["meta"]["checkpoint"] is None
+    with pytest.raises(ValueError, match="needs an Allie checkpoint"):
+        _run(None, sample_pgn, tmp_path / "x", systems=("policy",), max_games=1)
+
+
+def _protocol_positions(pgn, n):
+    count = 0
+    for g in _pgn_games(pgn, n):
+        nodes = list(g.mainline())
+        base = float(g.headers["TimeControl"].split("+")[0])
+        for i in range(10, len(nodes)):
+            before = base if i < 2 else nodes[i - 2].clock()
+            count += not (before is not None and before < 30)
+    return count

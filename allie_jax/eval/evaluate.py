@@ -64,7 +64,7 @@ _RUN_ONLY = ("progress", "plots", "shard_index", "records_dir")
 class EvalConfig:
     systems: tuple[str, ...] = SYSTEMS
     max_games: int = 1000
-    search_positions: int | str = 200  # search subsample size over the input, or "all"
+    search_positions: int | str = 2000  # search subsample size over the input, or "all"
     search_batch_size: int = 64  # fewer, larger batches: fewer search programs to compile
     random_games: int = 100  # random legal games for the out-of-distribution legality check
     batch_size: int = 16  # games per causal pass
@@ -297,7 +297,9 @@ def evaluate(
     cfg = config
     t0 = time.perf_counter()
     num_shards, shard_index = stream.resolve_shard(cfg.num_shards, cfg.shard_index)
-    if isinstance(checkpoint, str | pathlib.Path | epath.Path):
+    if checkpoint is None:  # systems that need no Allie model (Maia): no policy pass
+        model, checkpoint_name = None, None
+    elif isinstance(checkpoint, str | pathlib.Path | epath.Path):
         from allie_jax.model.checkpoint import load_model
 
         model = load_model(epath.Path(checkpoint))
@@ -305,10 +307,16 @@ def evaluate(
     else:
         model, checkpoint_name = checkpoint, type(checkpoint).__name__
     games_file = str(epath.Path(games_path)) if str(games_path) != "-" else "-"
-    max_len = min(int(model.config.max_len), vocab.MAX_SEQ_LEN)
+    max_len = (
+        vocab.MAX_SEQ_LEN if model is None else min(int(model.config.max_len), vocab.MAX_SEQ_LEN)
+    )
 
     ctx = SystemContext(model=model, config=cfg, options=dict(cfg.system_options))
-    names = ["policy"] + [s for s in cfg.systems if s != "policy"]
+    names = [s for s in cfg.systems if s != "policy"]
+    if model is not None:  # the Allie policy is always scored: legality, think time, value...
+        names = ["policy", *names]
+    elif "policy" in cfg.systems:
+        raise ValueError("system 'policy' needs an Allie checkpoint (--checkpoint)")
     systems = make_systems(names, ctx)
     if cfg.stockfish:
         from allie_jax.eval.systems import StockfishSystem
@@ -373,7 +381,7 @@ def evaluate(
             logging.info("chunk %d: %d games, %.0f positions/s", index, len(chunk), rate)
             bar.update(len(chunk))
     extras = store.manifest["extras"]
-    if shard_index == 0 and cfg.random_games and "random" not in extras:
+    if shard_index == 0 and cfg.random_games and model is not None and "random" not in extras:
         t = time.perf_counter()
         rng = np.random.default_rng(cfg.seed)
         rgames = [random_game(rng) for _ in range(cfg.random_games)]
@@ -396,12 +404,12 @@ def evaluate(
     )
     logging.info("shard %d/%d done in %.1f s", shard_index, num_shards, time.perf_counter() - t0)
 
-    if num_shards > 1 and cfg.num_shards is None:  # jax.distributed: wait for every process
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices("allie_jax.eval: records complete")
+    if num_shards > 1 and cfg.num_shards is None:  # jax.distributed: process 0 writes the report
         if shard_index != 0:
             return None
+        # wait on the manifests, not on a collective: shards may take very different times
+        while not records.shards_complete(root):
+            time.sleep(2.0)
     if not records.shards_complete(root):
         return None
     return report_from_records(root, output_dir, plots=cfg.plots)

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pyarrow as pa
 
-from allie_jax.eval import metrics
+from allie_jax.eval import metrics, stats
 from allie_jax.eval.positions import SPECIAL_MOVES, protocol_mask
 from allie_jax.eval.records import Records, column, top1
 
@@ -47,6 +47,9 @@ class Columns:
         self.resigned = column(table, "resigned", bool, False)
         self.loser_to_move = column(table, "loser_to_move", bool, False)
 
+    def has(self, system: str) -> bool:
+        return f"{system}.scored" in self.table.column_names
+
     def scored(self, system: str) -> np.ndarray:
         return column(self.table, f"{system}.scored", bool, False)
 
@@ -68,28 +71,40 @@ def accuracy_block(
 
 
 def move_accuracy(
-    c: Columns, systems: list[str], info: dict, *, min_ply: int, min_clock: float
+    c: Columns, systems: list[str], info: dict, *, min_ply: int, min_clock: float, seed: int = 0
 ) -> dict:
+    """Per system: Wilson intervals over positions (``overall``), a game-level bootstrap
+    (``overall_by_game``: positions of one game are not independent) and, next to the Allie
+    policy, the paired difference on exactly the same positions (``minus_policy``)."""
     proto = protocol_mask(c.ply, c.num_moves, c.clock_before, min_ply, min_clock)
-    proto &= c.scored("policy")
-    policy_correct = top1(c.table, "policy") == c.human_move
+    has_policy = c.has("policy")
+    if has_policy:  # positions inside the Allie model's context: every system on the same ones
+        proto &= c.scored("policy")
+        policy_correct = (top1(c.table, "policy") == c.human_move).astype(bool)
     out = {}
     for name in systems:
         sub = dict(info.get(name, {}))
         subsample = bool(sub.pop("subsample", False))
         rows = proto & c.scored(name)
-        correct = (top1(c.table, name) == c.human_move)[rows]
+        correct = (top1(c.table, name) == c.human_move)[rows].astype(bool)
         block = {
             **accuracy_block(
-                correct.astype(bool),
+                correct,
                 c.mover_elo[rows],
                 {k: v[rows] for k, v in c.special.items()},
             ),
             "subsample": subsample,
             **sub,
         }
+        ids = c.game_id[rows]
+        block["overall_by_game"] = stats.game_rate(correct, ids, seed=seed)
+        if has_policy and name != "policy":
+            block["minus_policy"] = stats.paired_difference(
+                correct, policy_correct[rows], ids, seed=seed
+            )
         if subsample:
-            block["policy_same_positions"] = metrics.rate(policy_correct[rows].astype(bool))
+            if has_policy:
+                block["policy_same_positions"] = metrics.rate(policy_correct[rows])
             sims = c.get(name, "num_sims")[rows]
             block["mean_sims"] = float(sims.mean()) if sims.size else math.nan
         out[name] = block
@@ -195,18 +210,20 @@ def build_report(records: Records, *, filter: str | None = None) -> dict:
             job.get("system_info", {}),
             min_ply=cfg["min_ply"],
             min_clock=cfg["min_clock"],
+            seed=cfg["seed"],
         )
     }
-    report["legal"] = {"human": legal_block(c, cfg["seed"])}
-    if records.random is not None and records.random.num_rows:
-        r = Columns(records.random)
-        report["legal"]["random"] = legal_block(r, cfg["seed"])
-        report["legal"]["random_games"] = int(r.final.sum())
-    report["think_time"] = think_time_block(c)
-    report["resign"] = resign_block(c)
-    report["value"] = value_block(c)
-    if "stockfish.scored" in records.human.column_names:
-        report["value"]["stockfish"] = stockfish_block(c, cfg["stockfish_nodes"])
+    if c.has("policy"):  # the Allie model's own heads (absent from a Maia-only run)
+        report["legal"] = {"human": legal_block(c, cfg["seed"])}
+        if records.random is not None and records.random.num_rows:
+            r = Columns(records.random)
+            report["legal"]["random"] = legal_block(r, cfg["seed"])
+            report["legal"]["random_games"] = int(r.final.sum())
+        report["think_time"] = think_time_block(c)
+        report["resign"] = resign_block(c)
+        report["value"] = value_block(c)
+        if c.has("stockfish"):
+            report["value"]["stockfish"] = stockfish_block(c, cfg["stockfish_nodes"])
     if records.calibration is not None:
         report["calibration"] = records.calibration
 
@@ -218,7 +235,7 @@ def build_report(records: Records, *, filter: str | None = None) -> dict:
     for m in records.manifests:
         for k, v in m.get("timings_s", {}).items():
             timings[k] = timings.get(k, 0.0) + v
-    policy_rows = c.scored("policy")
+    policy_rows = c.scored("policy") if c.has("policy") else np.ones(c.n, bool)
     games = len(np.unique(c.game_id[c.final])) if c.final.any() else 0
     parse = records.manifests[0].get("parse", {})
     pass_s = timings.get("policy_pass_s", math.nan)
