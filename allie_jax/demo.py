@@ -46,19 +46,22 @@ def run_demo(
     report = None
     if eval_games:
         from allie_jax.eval.evaluate import EvalConfig, evaluate
+        from allie_jax.train.logs import library_logs_to_file
 
         print(f"[3/3] evaluating on {eval_games} sample games -> {output / 'eval'}")
-        report = evaluate(
-            output / "workdir",
-            SAMPLE_DIR / "lichess_sample.pgn.zst",
-            output / "eval",
-            EvalConfig(systems=("policy",), max_games=eval_games, random_games=20),
-        )
+        # Orbax's restore and the evaluator's INFO lines go to a file, as in training
+        with library_logs_to_file(output / "eval", name="evaluate") as log_file:
+            report = evaluate(
+                output / "workdir",
+                SAMPLE_DIR / "lichess_sample.pgn.zst",
+                output / "eval",
+                EvalConfig(systems=("policy",), max_games=eval_games, random_games=20),
+            )
         accuracy = report["move_accuracy"]["policy"]["overall"]
         think_r = report["think_time"]["pearson_r"]["r"]
         print(
             f"      move-matching accuracy {100 * accuracy['value']:.1f}% "
             f"(n={accuracy['n']}), think-time Pearson r {think_r:.3f}"
         )
-        print(f"      report: {output / 'eval' / 'report.md'}")
+        print(f"      report: {output / 'eval' / 'report.md'} (library log: {log_file})")
     return {"stats": stats, "train": result, "report": report}

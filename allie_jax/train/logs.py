@@ -21,18 +21,22 @@ from etils import epath
 from allie_jax.train.paths import is_remote
 
 
-def log_file_for(workdir: epath.Path) -> pathlib.Path:
+def log_file_for(workdir: epath.Path, name: str = "train") -> pathlib.Path:
     """Where this process's log goes (local: under the workdir; remote: a local temp dir)."""
-    name = "train.log" if jax.process_index() == 0 else f"train.process{jax.process_index()}.log"
+    process = jax.process_index()
+    name = f"{name}.log" if process == 0 else f"{name}.process{process}.log"
     if not is_remote(workdir):
         return pathlib.Path(workdir) / "logs" / name
     return pathlib.Path(tempfile.mkdtemp(prefix="allie_train_logs_")) / name
 
 
 @contextlib.contextmanager
-def library_logs_to_file(workdir: epath.Path) -> Iterator[pathlib.Path]:
-    """Route INFO and above to the log file; console handlers keep WARNING and above."""
-    path = log_file_for(workdir)
+def library_logs_to_file(workdir: epath.Path, name: str = "train") -> Iterator[pathlib.Path]:
+    """Route INFO and above to the log file; console handlers keep WARNING and above.
+
+    ``name`` names the file (``logs/<name>.log``): the demo's evaluation uses ``"evaluate"``.
+    """
+    path = log_file_for(workdir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setLevel(logging.INFO)
