@@ -210,17 +210,17 @@ class _BlockReader(io.RawIOBase):
 
     def __init__(self, blocks: Iterator[bytes]):
         self._blocks = blocks
-        self._pending = b""
+        self._pending = memoryview(b"")  # a view: handing out a block copies nothing twice
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        while not self._pending:
+        while not len(self._pending):
             block = next(self._blocks, None)
             if block is None:
                 return 0
-            self._pending = block
+            self._pending = memoryview(block)
         n = min(len(buffer), len(self._pending))
         buffer[:n] = self._pending[:n]
         self._pending = self._pending[n:]
