@@ -1,0 +1,170 @@
+"""Maia as a player (engine side): ``maia:DIR[:preset[:elo]]``.
+
+- ``preset``: ``policy`` (Maia's move, no search), ``search`` (π̄ search, ``maia+search``),
+  ``gumbel`` (``maia+gumbel``); default ``policy``.
+- ``elo``: which network plays (nearest of the directory's, 1100..1900); ``auto`` or absent: the
+  network nearest the opponent's rating when the game has one (Maia* as a player), else 1500.
+
+``play(games, rng)`` answers a batch of games in progress (``allie_jax.game.Game``: moves from the
+standard start, both ratings) with ``allie_jax.engine.api.Decision`` rows, grouped so each network
+runs once per call. ``temperature`` 0 plays the argmax (Maia's own use), 1 samples the policy
+(piKL's strength matches).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import chess
+import jax
+import numpy as np
+
+from allie_jax import vocab
+from allie_jax.baselines.eval_systems import vocab_policy
+from allie_jax.baselines.lc0_planes import GameEncoder
+from allie_jax.baselines.maia import MaiaSet, load_maia, nearest_rating
+from allie_jax.baselines.maia_search import MaiaSearchConfig, MaiaSearcher
+from allie_jax.engine.api import Decision
+from allie_jax.game import Game
+
+PRESETS = {"policy": None, "search": "pibar", "gumbel": "gumbel"}
+
+
+@dataclasses.dataclass(frozen=True)
+class MaiaSpec:
+    maia_dir: str
+    preset: str = "policy"
+    elo: int | None = None  # None: nearest the opponent's rating (Maia*)
+
+    @property
+    def name(self) -> str:
+        return f"maia-{self.elo if self.elo else 'auto'}-{self.preset}"
+
+
+def parse_maia_spec(spec: str) -> MaiaSpec:
+    """``maia:DIR[:preset[:elo]]`` → ``MaiaSpec`` (one clear error for a bad spec)."""
+    kind, _, rest = spec.partition(":")
+    if kind != "maia" or not rest:
+        raise ValueError(f"maia spec {spec!r}: expected maia:DIR[:PRESET[:ELO]]")
+    parts = rest.split(":")
+    if len(parts) > 3 or not parts[0]:
+        raise ValueError(f"maia spec {spec!r}: expected maia:DIR[:PRESET[:ELO]]")
+    directory = parts[0]
+    preset = parts[1] if len(parts) > 1 and parts[1] else "policy"
+    if preset not in PRESETS:
+        raise ValueError(f"maia spec {spec!r}: preset {preset!r} not in {sorted(PRESETS)}")
+    elo = None
+    if len(parts) == 3 and parts[2] not in ("", "auto"):
+        if not parts[2].isdigit():
+            raise ValueError(f"maia spec {spec!r}: Elo {parts[2]!r} is not a number")
+        elo = int(parts[2])
+    return MaiaSpec(directory, preset, elo)
+
+
+class MaiaPlayer:
+    """Batched Maia moves for games in progress (see the module docstring)."""
+
+    def __init__(
+        self,
+        spec: MaiaSpec,
+        *,
+        num_simulations: int = 32,
+        pikl_lambda: float | None = None,
+        temperature: float = 0.0,
+        batch_size: int = 32,
+    ):
+        if spec.preset not in PRESETS:
+            raise ValueError(f"maia preset {spec.preset!r}: expected one of {sorted(PRESETS)}")
+        self.spec = spec
+        self.maia = MaiaSet(spec.maia_dir)
+        if spec.elo is not None:
+            self.maia.predictor(
+                nearest_rating(spec.elo, self.maia.ratings)
+            )  # fail early on a bad dir
+        self.temperature = temperature
+        self.batch_size = batch_size
+        mode = PRESETS[spec.preset]
+        self.config = (
+            MaiaSearchConfig(mode=mode, num_simulations=num_simulations, pikl_lambda=pikl_lambda)
+            if mode
+            else None
+        )
+        self._searchers: dict[int, MaiaSearcher] = {}
+
+    def rating_for(self, game: Game) -> int:
+        if self.spec.elo is not None:
+            return nearest_rating(self.spec.elo, self.maia.ratings)
+        opponent = game.black_elo if len(game.moves) % 2 == 0 else game.white_elo
+        return nearest_rating(opponent or 1500, self.maia.ratings)
+
+    def play(self, games: Sequence[Game], rng: jax.Array) -> list[Decision]:
+        by_net: dict[int, list[int]] = {}
+        for i, g in enumerate(games):
+            by_net.setdefault(self.rating_for(g), []).append(i)
+        out: list[Decision | None] = [None] * len(games)
+        np_rng = np.random.default_rng(np.asarray(jax.random.key_data(rng)).ravel()[-1].item())
+        for rating, rows in sorted(by_net.items()):
+            if self.config is None:
+                policies, values, sims = self._policy(rating, [games[i] for i in rows])
+            else:
+                policies, values, sims = self._search(rating, [games[i] for i in rows], rng)
+            for j, i in enumerate(rows):
+                out[i] = self._decide(games[i], policies[j], values[j], sims, np_rng, rating)
+        return out  # type: ignore[return-value]
+
+    def _legal(self, game: Game) -> tuple[chess.Board, np.ndarray]:
+        board = chess.Board()
+        for uci in game.moves:
+            board.push_uci(uci)
+        ids = np.array([vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves], np.int32)
+        if not ids.size:
+            raise ValueError(f"maia: game {game.game_id or '?'} is over (no legal move)")
+        return board, ids
+
+    def _policy(self, rating: int, games: Sequence[Game]):
+        encoders = [GameEncoder(g.moves) for g in games]
+        planes = np.stack([e.encode(len(g.moves)) for e, g in zip(encoders, games, strict=True)])
+        pol, wdl = self.maia.predictor(rating)(planes)
+        policies, values = [], []
+        for j, (e, g) in enumerate(zip(encoders, games, strict=True)):
+            ply = len(g.moves)
+            _, ids = self._legal(g)
+            policies.append(vocab_policy(pol[j], ply % 2 == 1, e.king_home[ply], ids))
+            values.append(float(wdl[j, 0] - wdl[j, 2]))
+        return policies, values, 0
+
+    def _search(self, rating: int, games: Sequence[Game], rng):
+        if rating not in self._searchers:
+            self._searchers[rating] = MaiaSearcher(
+                load_maia(self.maia.files[rating]), self.config, batch_size=self.batch_size
+            )
+        for g in games:
+            self._legal(g)
+        res = self._searchers[rating].run([g.moves for g in games], jax.random.fold_in(rng, rating))
+        return (
+            list(res.policy.astype(np.float64)),
+            list(res.search_value),
+            self.config.num_simulations,
+        )
+
+    def _decide(self, game: Game, probs, value_mover, sims, np_rng, rating) -> Decision:
+        board, ids = self._legal(game)
+        p = np.asarray(probs, np.float64)[ids]
+        p = p / p.sum()
+        if self.temperature > 0:
+            w = p ** (1.0 / self.temperature)
+            choice = int(np_rng.choice(ids.size, p=w / w.sum()))
+        else:
+            choice = int(np.argmax(p))
+        move = vocab.MOVES[int(ids[choice])]
+        white = board.turn == chess.WHITE
+        return Decision(
+            move=move,
+            think_time_s=0.0,
+            value=float(value_mover if white else -value_mover),
+            resigned=False,
+            sims=int(sims),
+            policy={vocab.MOVES[int(i)]: float(q) for i, q in zip(ids, p, strict=True) if q > 1e-4},
+            note=f"maia-{rating}",
+        )

@@ -1,0 +1,40 @@
+"""``maia:DIR[:preset[:elo]]`` specs and Maia's moves as a player."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+from allie_jax.baselines.maia_player import MaiaPlayer, MaiaSpec, parse_maia_spec
+from allie_jax.game import Game
+from tests.maia_support import maia_dir
+
+
+def test_parse_specs():
+    assert parse_maia_spec("maia:/m") == MaiaSpec("/m", "policy", None)
+    assert parse_maia_spec("maia:/m:search") == MaiaSpec("/m", "search", None)
+    assert parse_maia_spec("maia:/m:gumbel:1900") == MaiaSpec("/m", "gumbel", 1900)
+    assert parse_maia_spec("maia:/m::1300") == MaiaSpec("/m", "policy", 1300)
+    assert parse_maia_spec("maia:/m:policy:auto").elo is None
+    for bad, why in [
+        ("maia:", "expected"),
+        ("maia:/m:mcts", "preset"),
+        ("maia:/m:search:high", "not a number"),
+        ("uci:/m", "expected"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            parse_maia_spec(bad)
+
+
+def test_policy_player_moves_and_maia_star():
+    d = str(maia_dir())
+    player = MaiaPlayer(MaiaSpec(d, "policy", 1100))
+    # maia-1100 at the start: e2e4 0.6606 (lc0's exact softmax over legal moves)
+    (dec,) = player.play([Game([], 1100, 1100)], jax.random.key(0))
+    assert dec.move == "e2e4" and dec.policy["e2e4"] == pytest.approx(0.6606, abs=1e-3)
+    assert dec.note == "maia-1100"
+    star = MaiaPlayer(MaiaSpec(d, "policy", None))
+    assert star.rating_for(Game(["e2e4"], 1200, 1870)) == 1200  # Black's opponent is White (1200)
+    assert star.rating_for(Game([], 1200, 1870)) == 1900
+    with pytest.raises(ValueError, match="over"):
+        player.play([Game(["f2f3", "e7e5", "g2g4", "d8h4"], 1100, 1100)], jax.random.key(0))
