@@ -42,6 +42,10 @@ class CheckpointError(ValueError):
 # ---------------------------------------------------------------------------- building models
 def abstract_model(config: ModelConfig) -> AllieModel:
     """A model whose parameters are shapes only (no memory, no random init)."""
+    if getattr(config, "family", None) == "board":  # the board-state family (BoardConfig)
+        from allie_jax.model.board_transformer import BoardTransformer
+
+        return nnx.eval_shape(lambda: BoardTransformer(config, rngs=nnx.Rngs(0)))
     return nnx.eval_shape(lambda: AllieModel(config, rngs=nnx.Rngs(0)))
 
 
@@ -122,6 +126,10 @@ def config_from_json(data: Mapping[str, Any], *, source: str = "config") -> Mode
     Accepted: the ModelConfig fields themselves; or a ``"model"`` entry holding either those
     fields, a size name (``"allie_medium"``), or ``{"size": name, **overrides}``.
     """
+    if data.get("family") == "board":  # a BoardConfig (allie_jax/model/board_transformer.py)
+        from allie_jax.model.board_transformer import BoardConfig
+
+        return BoardConfig.from_dict(dict(data))
     fields = set(ModelConfig.__dataclass_fields__)
     if data and set(data) <= fields:
         return ModelConfig.from_dict(dict(data))
@@ -243,7 +251,7 @@ def load_model(
         raise CheckpointError(file_instead_of_directory(path))
     config = _read_config(path)
     if config_overrides:
-        config = ModelConfig.from_dict({**config.to_dict(), **config_overrides})
+        config = type(config).from_dict({**config.to_dict(), **config_overrides})
     if (path / PARAMS_DIR).exists():
         params = ocp.StandardCheckpointer().restore(path / PARAMS_DIR, abstract_params(config))
     elif (path / CHECKPOINTS_DIR).exists():

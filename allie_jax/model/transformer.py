@@ -202,6 +202,19 @@ class Block(nnx.Module):
         return self._rest(x, self.attn.attend_games(q, k, v, segment_ids), deterministic)
 
 
+def soft_elo(elo: Array, table: Array) -> Array:
+    """The soft Elo token ``a·E_strong + (1 − a)·E_weak`` (released Allie's rule, one place).
+
+    ``a`` is the Elo clipped to [500, 3000] and scaled to [0, 1]; ``table`` is ``[2, d]`` with the
+    strong end in row 0. The board-state transformer uses the same rule for its Elo tokens.
+    """
+    a = (jnp.clip(elo, vocab.MIN_ELO, vocab.MAX_ELO) - vocab.MIN_ELO) / (
+        vocab.MAX_ELO - vocab.MIN_ELO
+    )
+    a = a.astype(jnp.float32)[..., None]
+    return a * table[0] + (1.0 - a) * table[1]
+
+
 def positions_from_segments(segment_ids: Array) -> Array:
     """Positions restarting at 0 wherever the segment id changes (packed rows)."""
     t = jnp.arange(segment_ids.shape[1], dtype=jnp.int32)[None, :]
@@ -235,12 +248,7 @@ class AllieModel(nnx.Module):
         cfg = self.config
         tokens = tokens.astype(jnp.int32)
         tok = self.wte[...][jnp.clip(tokens, 0, cfg.vocab_size - 1)]
-        a = (jnp.clip(tokens - cfg.vocab_size, vocab.MIN_ELO, vocab.MAX_ELO) - vocab.MIN_ELO) / (
-            vocab.MAX_ELO - vocab.MIN_ELO
-        )
-        a = a.astype(jnp.float32)[..., None]
-        strong, weak = self.elo_embed[...][0], self.elo_embed[...][1]
-        elo = a * strong + (1.0 - a) * weak
+        elo = soft_elo(tokens - cfg.vocab_size, self.elo_embed[...])
         x = jnp.where((tokens >= cfg.vocab_size)[..., None], elo, tok)
         x = x + self.wpe[...][jnp.clip(positions, 0, cfg.max_len - 1)]
         x = self.embed_dropout(x, deterministic=deterministic)

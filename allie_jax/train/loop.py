@@ -25,7 +25,7 @@ from flax import nnx
 
 from allie_jax.data import shards
 from allie_jax.data.pipeline import make_iterator
-from allie_jax.model import AllieModel, ModelConfig
+from allie_jax.model import AllieModel, ModelConfig, board_family
 from allie_jax.train import sharding as shd
 from allie_jax.train.checkpoints import Checkpointer
 from allie_jax.train.feed import DeviceFeed
@@ -65,6 +65,8 @@ class TrainResult:
 
 
 def model_config_from(config: ml_collections.ConfigDict) -> ModelConfig:
+    if board_family.is_board(config):  # the board-state family (model.family = "board")
+        return board_family.model_config_from(config)
     model = config.model
     return ModelConfig.named(
         model.name,
@@ -143,6 +145,8 @@ def create_sharded_state(model_config: ModelConfig, config, mesh, tx, init_param
     """Initialise parameters directly into their shardings (no full copy on one device)."""
 
     def build():
+        if board_family.is_board(config):
+            return board_family.build_model(model_config, int(config.train.seed))
         return AllieModel(model_config, rngs=nnx.Rngs(int(config.train.seed)))
 
     abstract = nnx.eval_shape(build)
@@ -178,6 +182,17 @@ def state_shardings_of(state: TrainState):
 def _data_iterator(
     config, split: str, *, local_batch: int, augment: bool, num_epochs=None, seed=None
 ):
+    if board_family.is_board(config):
+        return board_family.data_iterator(
+            config,
+            split,
+            local_batch=local_batch,
+            shard_index=jax.process_index(),
+            shard_count=jax.process_count(),
+            augment=augment,
+            num_epochs=num_epochs,
+            seed=seed,
+        )
     train = split == "train"
     return make_iterator(
         config.data.data_dir,
@@ -217,6 +232,9 @@ def build_trainer(config, model_config: ModelConfig, mesh) -> Trainer:
             read_safetensors(path), model_config, seed=int(config.train.seed), source=path
         )
     graphdef, state = create_sharded_state(model_config, config, mesh, tx, init_params)
+    board = board_family.is_board(config)
+    forward_loss = board_family.forward_loss if board else None
+    eval_sums = board_family.eval_sums if board else None
     state_sh = state_shardings_of(state)
     batch_sh = shd.batch_sharding(mesh)
     train_step = jax.jit(
@@ -227,6 +245,7 @@ def build_trainer(config, model_config: ModelConfig, mesh) -> Trainer:
                 grad_accum=int(config.train.grad_accum),
                 loss_weights=tuple(config.train.loss_weights),
                 schedule=learning_rate_schedule(config.train),
+                forward_loss=forward_loss,
             ),
             mesh,
         ),
@@ -235,7 +254,7 @@ def build_trainer(config, model_config: ModelConfig, mesh) -> Trainer:
         donate_argnums=(0,),
     )
     eval_step = jax.jit(
-        shd.with_activation_sharding(make_eval_step(graphdef), mesh),
+        shd.with_activation_sharding(make_eval_step(graphdef, eval_sums), mesh),
         in_shardings=(state_sh, batch_sh),
         out_shardings=shd.replicated(mesh),
     )
@@ -243,6 +262,8 @@ def build_trainer(config, model_config: ModelConfig, mesh) -> Trainer:
 
 
 def build_validator(config, trainer: Trainer, local_batch: int) -> Validator:
+    if board_family.is_board(config):
+        return board_family.build_validator(config, trainer, local_batch, _data_iterator)
     return Validator(
         lambda: _data_iterator(config, "val", local_batch=local_batch, augment=False, num_epochs=1),
         trainer.eval_step,

@@ -122,8 +122,12 @@ def state_shardings(state: nnx.State, mesh: Mesh) -> nnx.State:
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Batches are split over the data-parallel axes, the sequence stays whole."""
-    return NamedSharding(mesh, logical_to_mesh_spec(("batch", "length")))
+    """Batches are split over the data-parallel axes, the sequence stays whole.
+
+    Only the leading axis is named, so the same sharding fits every batch field whatever its
+    rank (the board family's batches hold per-position scalars as well as ``[B, T]`` arrays).
+    """
+    return NamedSharding(mesh, logical_to_mesh_spec(("batch",)))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

@@ -15,16 +15,25 @@ from allie_jax.train.state import TrainState
 Batch = Mapping[str, jax.Array]
 
 
-def _forward(graphdef, params, rest, batch: Batch, deterministic: bool, loss_weights):
-    # copy=True: fresh Variables owned by this trace, so dropout may advance its RNG counter.
-    model = nnx.merge(graphdef, params, rest, copy=True)
+def decoder_forward_loss(model, batch: Batch, deterministic: bool, loss_weights):
+    """The decoder's forward + loss; other model families pass their own ``forward_loss``."""
     outputs = model(
         batch["inputs"],
         positions=batch["positions"],
         segment_ids=batch["segment_ids"],
         deterministic=deterministic,
     )
-    loss, metrics = loss_fn(outputs, batch, weights=loss_weights)
+    return loss_fn(outputs, batch, weights=loss_weights)
+
+
+def _forward(
+    graphdef, params, rest, batch: Batch, deterministic: bool, loss_weights, forward_loss=None
+):
+    # copy=True: fresh Variables owned by this trace, so dropout may advance its RNG counter.
+    model = nnx.merge(graphdef, params, rest, copy=True)
+    loss, metrics = (forward_loss or decoder_forward_loss)(
+        model, batch, deterministic, loss_weights
+    )
     _, _, new_rest = nnx.split(model, nnx.Param, ...)
     return loss, (metrics, new_rest)
 
@@ -36,12 +45,15 @@ def make_train_step(
     grad_accum: int = 1,
     loss_weights=(1.0, 1.0, 1.0),
     schedule: optax.Schedule | None = None,
+    forward_loss: Callable | None = None,
 ) -> Callable[[TrainState, Batch], tuple[TrainState, dict]]:
     """Build ``train_step(state, batch) -> (state, metrics)``; batch rows split into micro-batches."""
 
     def grads_of(params, rest, micro):
         grad_fn = jax.value_and_grad(_forward, argnums=1, has_aux=True)
-        (loss, (metrics, rest)), grads = grad_fn(graphdef, params, rest, micro, False, loss_weights)
+        (loss, (metrics, rest)), grads = grad_fn(
+            graphdef, params, rest, micro, False, loss_weights, forward_loss
+        )
         return grads, loss, metrics, rest
 
     def train_step(state: TrainState, batch: Batch):
@@ -80,12 +92,15 @@ def make_train_step(
     return train_step
 
 
-def make_eval_step(graphdef):
+def make_eval_step(graphdef, eval_sums: Callable | None = None):
     """``eval_step(state, batch) -> sums`` with dropout off: masked sums and label counts of each
-    loss term (``losses.loss_sums``), so padded rows count for nothing and batches add up."""
+    loss term (``losses.loss_sums``), so padded rows count for nothing and batches add up.
+    ``eval_sums(model, batch) -> sums`` replaces the decoder's for another model family."""
 
     def eval_step(state: TrainState, batch: Batch):
         model = nnx.merge(graphdef, state.params, state.rest, copy=True)
+        if eval_sums is not None:
+            return eval_sums(model, batch)
         outputs = model(
             batch["inputs"],
             positions=batch["positions"],
