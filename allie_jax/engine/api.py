@@ -167,7 +167,13 @@ class Allie:
         self, model: Any, *, searcher_factory: Any = None, fixed_shapes: bool = False
     ) -> None:
         self.model = model
-        self._forward = _Forward(model)
+        from allie_jax.engine import board as board_engine
+
+        if board_engine.is_board_model(model):  # the board-state family (engine/board.py)
+            self._forward = board_engine.BoardForward(model)
+            searcher_factory = searcher_factory or board_engine.BoardSearcher
+        else:
+            self._forward = _Forward(model)
         self._searcher_factory = searcher_factory
         self._searchers: dict[Any, Any] = {}
         self.fixed_shapes = fixed_shapes
@@ -221,6 +227,8 @@ class Allie:
     # ------------------------------------------------------------------ predict
 
     def _raw(self, games: Sequence[Game], boards: Sequence[chess.Board]):
+        if hasattr(self._forward, "raw"):  # board family: it reads the boards
+            return self._forward.raw(games, boards)
         rows = [game_tokens(g, self._forward.max_len) for g in games]
         logits, time, value = self._forward(rows)
         return logits, time, value
