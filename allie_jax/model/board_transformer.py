@@ -444,8 +444,30 @@ class BoardTransformer(nnx.Module):
         bias = bias.at[:, 1 : 1 + n_sq, 1 : 1 + n_sq].set(rel)
         return bias[None]
 
-    def encode(self, tokens: Array, deterministic: bool = True) -> Array:
-        """The block stack (with optional feedback cycles) and the final LayerNorm."""
+    def block_order(self) -> list[int]:
+        """The blocks in the order they run: ``0..j``, then ``i..j`` per feedback cycle, the rest."""
+        cfg = self.config
+        lo, hi = cfg.feedback_from, cfg.feedback_block_end
+        order = list(range(hi + 1))
+        for _ in range(cfg.feedback_cycles):
+            order += list(range(lo, hi + 1))
+        return order + list(range(hi + 1, cfg.num_layers))
+
+    def encode(
+        self,
+        tokens: Array,
+        deterministic: bool = True,
+        *,
+        patch: tuple[int, Array, Array] | None = None,
+        capture: list | None = None,
+    ) -> Array:
+        """The block stack (with optional feedback cycles) and the final LayerNorm.
+
+        The residual stream at step ``s`` is the input of the ``s``-th block run (step 0: the
+        embeddings; step ``len(block_order())``: the last block's output). ``patch = (s, mask
+        [T] or [B, T] bool, values [B, T, d])`` replaces the masked tokens' residual at step ``s``
+        (activation patching); ``capture`` collects every step's residual.
+        """
         cfg = self.config
         x = self.embed_dropout(tokens, deterministic=deterministic).astype(cfg.compute_dtype)
         x = sh.constrain(x, (sh.BATCH, sh.LENGTH, sh.EMBED))
@@ -456,13 +478,20 @@ class BoardTransformer(nnx.Module):
 
         if cfg.remat:
             run = nnx.remat(run)
-        lo, hi = cfg.feedback_from, cfg.feedback_block_end
-        order = list(range(hi + 1))
-        for _ in range(cfg.feedback_cycles):
-            order += list(range(lo, hi + 1))
-        order += list(range(hi + 1, cfg.num_layers))
-        for i in order:
-            x = run(self.blocks[i], x)
+        order = self.block_order()
+
+        def at_step(step: int, x: Array) -> Array:
+            if patch is not None and patch[0] == step:
+                mask = jnp.asarray(patch[1], bool)
+                mask = mask[None, :, None] if mask.ndim == 1 else mask[..., None]
+                x = jnp.where(mask, jnp.asarray(patch[2], x.dtype), x)
+            if capture is not None:
+                capture.append(x)
+            return x
+
+        for step, i in enumerate(order):
+            x = run(self.blocks[i], at_step(step, x))
+        x = at_step(len(order), x)
         return self.ln_f(x).astype(jnp.float32)
 
     # ------------------------------------------------------------------ forward
@@ -472,9 +501,12 @@ class BoardTransformer(nnx.Module):
         *,
         deterministic: bool = True,
         refine: bool | None = None,
+        patch: tuple[int, Array, Array] | None = None,
+        capture: list | None = None,
     ) -> BoardOutputs:
         """Both passes. ``inputs`` holds the data pipeline's ``INPUT_FIELDS`` (batched);
-        ``refine=False`` skips pass 2 (e.g. a search that only needs the prior and the value)."""
+        ``refine=False`` skips pass 2 (e.g. a search that only needs the prior and the value);
+        ``patch`` / ``capture`` act on pass 1 (see ``encode``)."""
         cfg = self.config
         refine = cfg.refinement if refine is None else (refine and cfg.refinement)
         black = inputs["side"].astype(jnp.int32) == 0
@@ -483,7 +515,12 @@ class BoardTransformer(nnx.Module):
         legal = legal_info >= 0
         context = self.context_tokens(frame)
         b = context.shape[0]
-        h1 = self.encode(jnp.concatenate([context, self.empty_slots(b)], axis=1), deterministic)
+        h1 = self.encode(
+            jnp.concatenate([context, self.empty_slots(b)], axis=1),
+            deterministic,
+            patch=patch,
+            capture=capture,
+        )
         cls = h1[:, 0]
         logits = cls @ self.policy_head[...] + self.policy_bias[...]
         logits = sh.constrain(logits, (sh.BATCH, sh.VOCAB))

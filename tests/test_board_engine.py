@@ -1,0 +1,103 @@
+"""The board family behind Allie's interfaces: Allie.load / predict / play, the board searcher,
+and the evaluator's ``board`` system. References: the model's own forward on python-chess boards
+(an independent path from the engine's batching) and python-chess's legal moves."""
+
+from __future__ import annotations
+
+import itertools
+
+import chess
+import numpy as np
+import pytest
+from flax import nnx
+
+from allie_jax import vocab
+from allie_jax.data import board_features as bf
+from allie_jax.engine.api import Allie
+from allie_jax.engine.board import BoardSearcher
+from allie_jax.eval import systems as sysmod
+from allie_jax.eval.positions import game_positions
+from allie_jax.game import Game
+from allie_jax.model.board_transformer import BoardConfig, BoardTransformer
+from allie_jax.model.checkpoint import save_model
+from allie_jax.pgn import read_games
+
+
+@pytest.fixture(scope="module")
+def board_dir(tmp_path_factory):
+    model = BoardTransformer(BoardConfig.named("board_tiny", num_layers=2), rngs=nnx.Rngs(7))
+    return save_model(model, tmp_path_factory.mktemp("board") / "model")
+
+
+def _reference(model, board, game):
+    batch = bf.board_inputs([board], white_elos=[game.white_elo], black_elos=[game.black_elo])
+    out = nnx.jit(lambda m, x: m(x))(model, {k: batch[k] for k in bf.INPUT_FIELDS})
+    return np.exp(np.asarray(out.final_log_probs[0])), float(out.value[0])
+
+
+def test_allie_predict_and_play_with_a_board_checkpoint(board_dir):
+    allie = Allie.load(board_dir)
+    game = Game(moves="e2e4 e7e5 g1f3 b8c6 f1b5".split(), white_elo=1600, black_elo=1400)
+    board = chess.Board()
+    for m in game.moves:
+        board.push_uci(m)
+    (pred,) = allie.predict([game])
+    probs, value = _reference(allie.model, board, game)
+    assert set(pred.move_probs) == {m.uci() for m in board.legal_moves}
+    for uci, p in pred.move_probs.items():
+        assert p == pytest.approx(probs[vocab.MOVE_TO_ID[uci]], rel=1e-4, abs=1e-7)
+    assert pred.value_white == pytest.approx(value, abs=1e-6)
+    assert pred.think_time_s == 0.0 and not pred.resign
+
+    (greedy,) = allie.play([game], "greedy")
+    # greedy conditions both sides on 2500: the reference with those Elos
+    g2500 = Game(moves=game.moves, white_elo=2500, black_elo=2500)
+    p2500, _ = _reference(allie.model, board, g2500)
+    assert greedy.move == vocab.MOVES[int(np.argmax(p2500))]
+
+    (searched,) = allie.play([game], "search", 0, mean_sims=6)
+    assert searched.sims == 6 and chess.Move.from_uci(searched.move) in board.legal_moves
+    assert sum(searched.policy.values()) == pytest.approx(1.0, abs=1e-6)
+    assert -1.0 <= searched.value <= 1.0
+
+
+def test_board_searcher_prior_is_the_model_policy(board_dir):
+    from allie_jax.search.config import SearchConfig
+
+    allie = Allie.load(board_dir)
+    game = Game(moves=["d2d4", "g8f6"], white_elo=1800, black_elo=1800)
+    out = BoardSearcher(allie.model, SearchConfig.preset("search", mean_sims=5)).run([game], 1)
+    board = chess.Board()
+    for m in game.moves:
+        board.push_uci(m)
+    probs, value = _reference(allie.model, board, game)
+    legal = [vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves]
+    np.testing.assert_allclose(out.prior[0][legal], probs[legal] / probs[legal].sum(), rtol=1e-4)
+    assert out.visit_counts[0].sum() == 5 and out.num_sims[0] == 5
+
+
+def test_board_eval_system_matches_the_model(board_dir, sample_pgn):
+    games = list(itertools.islice(read_games(sample_pgn), 2))
+    gps = [game_positions(g) for g in games]
+    game = np.concatenate([np.full(gp.num_moves + 1, i) for i, gp in enumerate(gps)])
+    ply = np.concatenate([np.arange(gp.num_moves + 1) for gp in gps])
+    positions = sysmod.Positions(games, gps, game, ply)
+    ctx = sysmod.SystemContext(options={"board_checkpoint": str(board_dir)})
+    (system,) = sysmod.make_systems(["board"], ctx)
+    scores = system.score(positions)
+    assert scores.scored.all()
+    model = system.forward
+    human = positions.human_move()
+    for p in (0, 5, gps[0].num_moves, len(positions) - 2):
+        prefix = positions.prefix(p)
+        board = chess.Board()
+        for m in prefix.moves:
+            board.push_uci(m)
+        lp, value, _, _ = model.outputs([board], [prefix.white_elo], [prefix.black_elo])
+        if human[p] >= 0:
+            assert scores.p_human[p] == pytest.approx(float(np.exp(lp[0, human[p]])), rel=1e-4)
+        assert scores.value[p] == pytest.approx(float(value[0]), abs=1e-6)
+        legal = positions.legal_ids(p)
+        assert scores.top1[p] == legal[np.argmax(lp[0, legal])]
+    with pytest.raises(ValueError, match="board_checkpoint"):
+        sysmod.make_systems(["board"], sysmod.SystemContext(model=object()))
