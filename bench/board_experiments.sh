@@ -15,7 +15,7 @@ train() {  # name, args...
   local name=$1; shift
   [ -e "$OUT/$name/best" ] && return 0
   local t0=$(date +%s)
-  $PY -m launch.train --workdir "$OUT/$name" "${common[@]}" "$@" > "$OUT/$name.log" 2>&1
+  $PY -m launch.train --workdir "$OUT/$name" "$@" "${common[@]}" > "$OUT/$name.log" 2>&1
   echo "$name $(( $(date +%s) - t0 )) s $(cat /proc/loadavg)" >> "$OUT/times.txt"
 }
 train board "${board[@]}"

@@ -12,6 +12,10 @@ def board_overrides(config: ml_collections.ConfigDict, name: str) -> ml_collecti
     # Any BoardConfig field, e.g. refinement / mask_illegal / flip / piece_scheme.
     config.model.board = ml_collections.ConfigDict(
         {
+            # None: the named size's value (separate placeholders: they are references)
+            "num_layers": ml_collections.config_dict.placeholder(int),
+            "embed_dim": ml_collections.config_dict.placeholder(int),
+            "num_heads": ml_collections.config_dict.placeholder(int),
             "refinement": True,
             "mask_illegal": True,
             "flip": False,

@@ -416,6 +416,7 @@ BUILTIN: dict[str, Factory | str] = {
     "adaptive": _search,
     # maia (Maia*), maia-1500, maia+search, maia+gumbel, ... (issue 12)
     "maia": "allie_jax.baselines.eval_systems:make_maia",
+    "board": "allie_jax.eval.board_system:make_board",  # board, board+search (issue 13)
 }
 _REGISTRY: dict[str, Factory | str] = dict(BUILTIN)
 

@@ -216,7 +216,8 @@ def is_board(config) -> bool:
 
 def model_config_from(config) -> BoardConfig:
     """``config.model.name`` (a ``BoardConfig.named`` size) plus ``config.model.board`` overrides."""
-    overrides = dict(config.model.get("board", {}) or {})
+    board = config.model.get("board", None)
+    overrides = {k: v for k, v in (board.to_dict() if board else {}).items() if v is not None}
     return BoardConfig.named(
         config.model.name,
         dtype=config.model.dtype,

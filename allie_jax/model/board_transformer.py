@@ -297,11 +297,9 @@ class BoardBlock(nnx.Module):
         out = jax.nn.dot_product_attention(
             q, k, v, bias=bias.astype(dt), implementation=self.attn.impl
         )
-        y = jnp.einsum("btnh,nhd->btd", out, self.attn.out[...].astype(dt))
-        y = y + self.attn.out_bias[...].astype(dt)
-        x = x + self.dropout(y, deterministic=deterministic)
+        x = x + self.dropout(self.attn.output(out), deterministic=deterministic)
         x = x + self.dropout(self.mlp(self.ln_2(x)), deterministic=deterministic)
-        return sh.constrain(x, (sh.BATCH, sh.LENGTH, sh.EMBED))
+        return sh.constrain(x, (sh.BATCH, sh.LENGTH, sh.ACT_EMBED))
 
 
 def _table(rngs: nnx.Rngs, rows: int, cfg: BoardConfig, std: float = 0.02) -> nnx.Param:
@@ -470,7 +468,7 @@ class BoardTransformer(nnx.Module):
         """
         cfg = self.config
         x = self.embed_dropout(tokens, deterministic=deterministic).astype(cfg.compute_dtype)
-        x = sh.constrain(x, (sh.BATCH, sh.LENGTH, sh.EMBED))
+        x = sh.constrain(x, (sh.BATCH, sh.LENGTH, sh.ACT_EMBED))
         bias = self.attention_bias()
 
         def run(block: BoardBlock, x: Array) -> Array:
