@@ -67,7 +67,14 @@ def rss(tmp: pathlib.Path, ckpt: str) -> None:
             [f"--checkpoint={ckpt}", f"--games={ARENAS}", f"--output={tmp}/rss{n}",
              "--systems=policy", f"--max_games={n}", "--random_games=0"]
         )  # fmt: skip
-        emit(figure="peak_rss", games=n, peak_rss_mib=mib, wall_s=round(wall, 1), command=cmd,
+        manifest = json.loads(
+            next((tmp / f"rss{n}" / "records").glob("shard-*/manifest.json")).read_text()
+        )
+        rows = sum(c["rows"] for c in manifest["chunks"])
+        rwall, rmib, _ = evaluate([f"--report_only={tmp}/rss{n}/records", f"--output={tmp}/r{n}"])
+        emit(figure="peak_rss", games=n, positions=rows, peak_rss_mib=mib,
+             scoring_peak_rss_mib=manifest["peak_rss_mib"], report_only_peak_rss_mib=rmib,
+             report_only_s=round(rwall, 1), wall_s=round(wall, 1), command=cmd,
              loadavg_before=before, loadavg_after=loadavg())  # fmt: skip
 
 

@@ -274,10 +274,7 @@ def test_launch_evaluate_command(checkpoint, sample_pgn, tmp_path):
     assert (again / "report.md").read_text() == (out / "report.md").read_text()
     # a slice: only the positions of games whose White is rated 2000+, counted independently
     sliced = tmp_path / "sliced"
-    flt = "--filter=white_elo >= 2000"
-    proc = subprocess.run([*cmd, f"--output={sliced}", flt], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    part = json.loads((sliced / "report.json").read_text())
+    part = ev.report_from_records(out / "records", sliced, filter="white_elo >= 2000")
     want = _independent_positions(sample_pgn, 8, lambda h: int(h["WhiteElo"]) >= 2000)
     assert 0 < want < report["move_accuracy"]["policy"]["positions"]
     assert part["move_accuracy"]["policy"]["positions"] == want
@@ -312,3 +309,33 @@ def test_evaluate_search_systems_and_stockfish(tiny_model, sample_pgn, tmp_path)
         assert block["mean_sims"] > 0
     if cfg.stockfish:
         assert report["value"]["stockfish"]["positions"] == 10
+
+
+@pytest.mark.slow
+def test_search_positions_all_with_the_real_searcher(tiny_model, sample_pgn, tmp_path):
+    """Every protocol position of two games through ``adaptive``, batched across the games; the
+    records' top move is the argmax of ``Searcher.run`` called directly on the same prefix."""
+    from allie_jax.eval import records
+    from allie_jax.search import SearchConfig, Searcher
+
+    cfg = ev.EvalConfig(
+        systems=("policy", "adaptive"), max_games=2, search_positions="all",
+        search_batch_size=16, random_games=0, progress=False, plots=False,
+    )  # fmt: skip
+    report = ev.evaluate(tiny_model, sample_pgn, tmp_path, cfg)
+    acc = report["move_accuracy"]
+    assert acc["adaptive"]["positions"] == acc["policy"]["positions"] > 16
+    assert acc["adaptive"]["mean_sims"] > 0 and "minus_policy" in acc["adaptive"]
+    t = records.load_records(tmp_path).human
+    rows = [r for r in t.to_pylist() if r["adaptive.scored"]][:3]
+    games = {
+        g.game_id: g for g in read_games(sample_pgn) if g.game_id in {r["game_id"] for r in rows}
+    }
+    searcher = Searcher(tiny_model, SearchConfig.preset("adaptive"))
+    for r in rows:
+        g = games[r["game_id"]]
+        prefix = Game(moves=g.moves[: r["ply"]], white_elo=g.white_elo, black_elo=g.black_elo,
+                      time_control=g.time_control, game_id=g.game_id)  # fmt: skip
+        out = searcher.run([prefix], 0)
+        assert r["adaptive.top_moves"][0] == vocab.decode_move(int(out.policy[0].argmax()))
+        assert r["adaptive.num_sims"] == int(out.num_sims[0])

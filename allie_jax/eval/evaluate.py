@@ -396,10 +396,14 @@ def evaluate(
         table = calibration_from_pgn(str(epath.Path(cfg.calibration_pgn)), cfg.calibration_systems)
         data = json.dumps(records._jsonable(table.to_dict()), sort_keys=True).encode()
         store.commit_extra("calibration", records.CALIBRATION, data)
+    import resource
+
     store.finish(
         {
             "parse": {"games_read": stats.games_read, "dropped": dict(stats.dropped)},
             "timings_s": timings,
+            # the process's peak so far: the scoring's, bounded by one chunk (not the input)
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
         }
     )
     logging.info("shard %d/%d done in %.1f s", shard_index, num_shards, time.perf_counter() - t0)

@@ -310,7 +310,7 @@ def _lean(table: pa.Table) -> pa.Table:
     for c in [c for c in table.column_names if c.endswith(".top_moves")]:
         system = c[: -len(".top_moves")]
         i = table.column_names.index(c)
-        table = table.set_column(i, f"{system}.top1", pa.array(top1(table, system), pa.string()))
+        table = table.set_column(i, f"{system}.top1", top1_array(table, system))
     return table
 
 
@@ -457,18 +457,19 @@ def column(table: pa.Table, name: str, dtype=np.float64, fill=np.nan) -> np.ndar
     return col.to_numpy(zero_copy_only=False).astype(dtype, copy=False)
 
 
-def top1(table: pa.Table, system: str) -> np.ndarray:
-    """object [R]: each row's top move of ``system`` (UCI, None where not scored or no move)."""
+def top1_array(table: pa.Table, system: str) -> pa.Array:
+    """Each row's top move of ``system`` (UCI; null where not scored or no legal move)."""
     if f"{system}.top1" in table.column_names:
-        return table.column(f"{system}.top1").to_numpy(zero_copy_only=False).astype(object)
+        return table.column(f"{system}.top1").combine_chunks()
     arr = table.column(f"{system}.top_moves").combine_chunks()
     lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
     starts = np.cumsum(lengths) - lengths
-    flat = arr.flatten().to_numpy(zero_copy_only=False)
-    out = np.full(len(arr), None, dtype=object)
+    flat = arr.flatten()
+    if not len(flat):
+        return pa.nulls(len(arr), pa.string())
     has = lengths > 0
-    out[has] = flat[starts[has]]
-    return out
+    first = pc.take(flat, pa.array(np.where(has, starts, 0).astype(np.int64)))
+    return pc.if_else(pa.array(has), first, pa.scalar(None, pa.string()))
 
 
 def systems_in(table: pa.Table) -> list[str]:

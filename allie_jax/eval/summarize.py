@@ -16,10 +16,11 @@ import math
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from allie_jax.eval import metrics, stats
 from allie_jax.eval.positions import SPECIAL_MOVES, protocol_mask
-from allie_jax.eval.records import Records, column, top1
+from allie_jax.eval.records import Records, column, top1_array
 
 THINK_TIME_EDGES = (0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 45, 60)
 
@@ -30,7 +31,9 @@ class Columns:
     def __init__(self, table: pa.Table):
         self.table = table
         self.n = table.num_rows
-        self.game_id = table.column("game_id").to_numpy(zero_copy_only=False).astype(object)
+        # games as integer codes (grouping for the game bootstrap), not millions of Python strings
+        ids = pc.dictionary_encode(table.column("game_id").combine_chunks())
+        self.game_id = ids.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         self.ply = column(table, "ply", np.int64, -1)
         self.num_moves = column(table, "num_moves", np.int64, 0)
         self.moving = self.ply < self.num_moves
@@ -39,13 +42,17 @@ class Columns:
         self.mover_elo = np.where(white, column(table, "white_elo"), column(table, "black_elo"))
         self.clock_before = column(table, "clock_before")
         self.human_think = column(table, "human_think_time")
-        self.human_move = table.column("human_move").to_numpy(zero_copy_only=False).astype(object)
         self.in_check = column(table, "in_check", bool, False)
         self.num_legal = column(table, "num_legal", np.int64, 0)
         self.special = {k: column(table, k, bool, False) for k in SPECIAL_MOVES}
         self.result = column(table, "result")
         self.resigned = column(table, "resigned", bool, False)
         self.loser_to_move = column(table, "loser_to_move", bool, False)
+
+    def correct(self, system: str) -> np.ndarray:
+        """bool [R]: the system's top move is the human's (False where either is missing)."""
+        same = pc.equal(top1_array(self.table, system), self.table.column("human_move"))
+        return pc.fill_null(same, False).to_numpy(zero_copy_only=False).astype(bool)
 
     def has(self, system: str) -> bool:
         return f"{system}.scored" in self.table.column_names
@@ -80,13 +87,13 @@ def move_accuracy(
     has_policy = c.has("policy")
     if has_policy:  # positions inside the Allie model's context: every system on the same ones
         proto &= c.scored("policy")
-        policy_correct = (top1(c.table, "policy") == c.human_move).astype(bool)
+        policy_correct = c.correct("policy")
     out = {}
     for name in systems:
         sub = dict(info.get(name, {}))
         subsample = bool(sub.pop("subsample", False))
         rows = proto & c.scored(name)
-        correct = (top1(c.table, name) == c.human_move)[rows].astype(bool)
+        correct = c.correct(name)[rows]
         block = {
             **accuracy_block(
                 correct,
