@@ -28,7 +28,7 @@ ARENAS = REPO.parent / "shared" / "data" / "lichess" / "lichess_arenas_2025-03-2
 
 
 def loadavg() -> str:
-    return pathlib.Path("/proc/loadavg").read_text().split(" 1")[0].strip()
+    return " ".join(pathlib.Path("/proc/loadavg").read_text().split()[:3])
 
 
 def checkpoint(tmp: pathlib.Path) -> str:

@@ -251,6 +251,14 @@ def test_restart_with_other_settings_is_refused(tiny_model, sample_pgn, tmp_path
         _run(tiny_model, sample_pgn, tmp_path, max_games=3, random_games=0)
     with pytest.raises(records.RecordsError, match="no evaluation records"):
         records.load_records(tmp_path / "nothing")
+    # the same flags on a games file whose content changed: the committed chunks are refused
+    games = [str(g) for g in _pgn_games(sample_pgn, 4)]
+    pgn = tmp_path / "games.pgn"
+    pgn.write_text("\n\n".join(games[:2]) + "\n")
+    _run(tiny_model, pgn, tmp_path / "changed", max_games=2, chunk_games=1, random_games=0)
+    pgn.write_text("\n\n".join(games[2:]) + "\n")
+    with pytest.raises(records.RecordsError, match="games file changed"):
+        _run(tiny_model, pgn, tmp_path / "changed", max_games=2, chunk_games=1, random_games=0)
 
 
 def test_filter_expressions():

@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import pathlib
+import resource
 import tempfile
 import time
 from collections.abc import Sequence
@@ -281,6 +282,58 @@ def _records_root(cfg: EvalConfig, output_dir) -> epath.Path:
     return epath.Path(tempfile.mkdtemp(prefix="allie-eval-records-"))
 
 
+def _load(checkpoint) -> tuple[object | None, str | None]:
+    """The Allie model and the name the report shows for it (None: a run without Allie)."""
+    if checkpoint is None:  # systems that need no Allie model (Maia): no policy pass
+        return None, None
+    if isinstance(checkpoint, str | pathlib.Path | epath.Path):
+        from allie_jax.model.checkpoint import load_model
+
+        return load_model(epath.Path(checkpoint)), str(checkpoint)
+    return checkpoint, type(checkpoint).__name__
+
+
+def plan_subsamples(
+    systems: Sequence[System], games_path, cfg: EvalConfig, max_len: int
+) -> dict[str, tuple]:
+    """``{system name: (eligible, Selection)}`` for every subsample system: the search positions
+    (``search_positions``) and Stockfish's (``stockfish_positions``), each chosen over the whole
+    input by one parse-only pass, so every shard takes its share of the same set."""
+    wanted = {s.name for s in systems if s.subsample}
+    plan: dict[str, tuple] = {}
+    for names, eligible, count, salt in (
+        (wanted - {"stockfish"}, search_eligible(cfg, max_len), cfg.search_count, "search"),
+        (wanted & {"stockfish"}, value_eligible(max_len), cfg.stockfish_positions, "stockfish"),
+    ):
+        if names:
+            games = stream.game_stream(games_path, cfg.max_games, ParseStats())
+            sel = stream.choose(games, eligible, count, salt=salt, seed=cfg.seed)
+            plan.update({n: (eligible, sel) for n in names})
+    return plan
+
+
+def _commit_extras(store: records.ShardStore, systems, model, cfg: EvalConfig) -> dict:
+    """Shard 0's once-per-job pieces: the random games of the legality check, the calibration."""
+    timings = {}
+    extras = store.manifest["extras"]
+    if cfg.random_games and model is not None and "random" not in extras:
+        t = time.perf_counter()
+        rng = np.random.default_rng(cfg.seed)
+        rgames = [random_game(rng) for _ in range(cfg.random_games)]
+        rgps = [game_positions(g) for g in rgames]
+        pos = _all_positions(rgames, rgps, 0)
+        table = records.chunk_table(pos, {"policy": systems[0].score(pos)})
+        store.commit_extra("random", records.RANDOM, records.table_bytes(table))
+        timings["random_s"] = time.perf_counter() - t
+    if cfg.calibration_pgn and "calibration" not in extras:
+        from allie_jax.eval.calibration import calibration_from_pgn
+
+        table = calibration_from_pgn(str(epath.Path(cfg.calibration_pgn)), cfg.calibration_systems)
+        data = json.dumps(records._jsonable(table.to_dict()), sort_keys=True).encode()
+        store.commit_extra("calibration", records.CALIBRATION, data)
+    return timings
+
+
 def evaluate(
     checkpoint,
     games_path: str | pathlib.Path,
@@ -291,25 +344,18 @@ def evaluate(
     the report from the records (and write report.json, report.md and plots to ``output_dir``).
 
     ``checkpoint`` is a checkpoint directory, a training workdir (``load_model`` picks its best,
-    else latest, checkpoint) or an already built ``AllieModel``. Returns the report, or None when
-    other shards are still missing (run them, or ``--report_only`` later).
+    else latest, checkpoint), an already built ``AllieModel``, or None for systems that need no
+    Allie model. Returns the report, or None while other shards are missing (run them, or
+    ``--report_only`` later).
     """
     cfg = config
     t0 = time.perf_counter()
     num_shards, shard_index = stream.resolve_shard(cfg.num_shards, cfg.shard_index)
-    if checkpoint is None:  # systems that need no Allie model (Maia): no policy pass
-        model, checkpoint_name = None, None
-    elif isinstance(checkpoint, str | pathlib.Path | epath.Path):
-        from allie_jax.model.checkpoint import load_model
-
-        model = load_model(epath.Path(checkpoint))
-        checkpoint_name = str(checkpoint)
-    else:
-        model, checkpoint_name = checkpoint, type(checkpoint).__name__
+    model, checkpoint_name = _load(checkpoint)
     games_file = str(epath.Path(games_path)) if str(games_path) != "-" else "-"
-    max_len = (
-        vocab.MAX_SEQ_LEN if model is None else min(int(model.config.max_len), vocab.MAX_SEQ_LEN)
-    )
+    max_len = vocab.MAX_SEQ_LEN
+    if model is not None:
+        max_len = min(int(model.config.max_len), vocab.MAX_SEQ_LEN)
 
     ctx = SystemContext(model=model, config=cfg, options=dict(cfg.system_options))
     names = [s for s in cfg.systems if s != "policy"]
@@ -330,79 +376,36 @@ def evaluate(
         raise ValueError(f"no usable game in {games_path} (parse stats: {stats.to_dict()})")
     games = itertools.chain([first], games)
 
-    # the subsamples: chosen over the whole input, so every shard takes its share of the same set
-    timings: dict[str, float] = {}
-    plan: dict[str, tuple] = {}
     t = time.perf_counter()
-    wanted = {s.name for s in systems if s.subsample}
-    search = search_eligible(cfg, max_len)
-    if wanted - {"stockfish"}:
-        sel = stream.choose(
-            stream.game_stream(games_path, cfg.max_games, ParseStats()),
-            search,
-            cfg.search_count,
-            salt="search",
-            seed=cfg.seed,
-        )
-        plan.update({n: (search, sel) for n in wanted - {"stockfish"}})
-    if "stockfish" in wanted:
-        value = value_eligible(max_len)
-        sel = stream.choose(
-            stream.game_stream(games_path, cfg.max_games, ParseStats()),
-            value,
-            cfg.stockfish_positions,
-            salt="stockfish",
-            seed=cfg.seed,
-        )
-        plan["stockfish"] = (value, sel)
-    timings["selection_s"] = time.perf_counter() - t
+    plan = plan_subsamples(systems, games_path, cfg, max_len)
+    timings = {"selection_s": time.perf_counter() - t}
 
     job = _job_settings(cfg, checkpoint_name, games_file, model, systems, num_shards)
     root = _records_root(cfg, output_dir)
     store = records.ShardStore(root, shard_index, num_shards, job)
     done = store.open()
-
     per_shard = -(-cfg.max_games // num_shards)
     with _progress(per_shard, f"shard {shard_index}/{num_shards}", cfg.progress) as bar:
-        for index, chunk in stream.chunks(
-            games,
-            num_shards,
-            shard_index,
-            cfg.chunk_games,
-        ):
-            if index < done:  # committed by an earlier run
-                bar.update(len(chunk))
-                continue
-            table, info = score_chunk(
-                chunk, systems, plan, chunk_index=index, top_k=cfg.top_k, progress=cfg.progress
-            )
-            store.commit_chunk(index, table, info)
-            rate = table.num_rows / max(sum(info["timings_s"].values()), 1e-9)
-            logging.info("chunk %d: %d games, %.0f positions/s", index, len(chunk), rate)
+        for index, chunk in stream.chunks(games, num_shards, shard_index, cfg.chunk_games):
+            span = {"first_game": chunk[0].game_id, "last_game": chunk[-1].game_id}
+            if index < done:  # committed by an earlier run: the same games, or the input changed
+                store.check_chunk(index, span)
+            else:
+                table, info = score_chunk(
+                    chunk, systems, plan, chunk_index=index, top_k=cfg.top_k,
+                    progress=cfg.progress,
+                )  # fmt: skip
+                store.commit_chunk(index, table, {**span, **info})
+                rate = table.num_rows / max(sum(info["timings_s"].values()), 1e-9)
+                logging.info("chunk %d: %d games, %.0f positions/s", index, len(chunk), rate)
             bar.update(len(chunk))
-    extras = store.manifest["extras"]
-    if shard_index == 0 and cfg.random_games and model is not None and "random" not in extras:
-        t = time.perf_counter()
-        rng = np.random.default_rng(cfg.seed)
-        rgames = [random_game(rng) for _ in range(cfg.random_games)]
-        rgps = [game_positions(g) for g in rgames]
-        pos = _all_positions(rgames, rgps, 0)
-        table = records.chunk_table(pos, {"policy": systems[0].score(pos)})
-        store.commit_extra("random", records.RANDOM, records.table_bytes(table))
-        timings["random_s"] = time.perf_counter() - t
-    if shard_index == 0 and cfg.calibration_pgn and "calibration" not in extras:
-        from allie_jax.eval.calibration import calibration_from_pgn
-
-        table = calibration_from_pgn(str(epath.Path(cfg.calibration_pgn)), cfg.calibration_systems)
-        data = json.dumps(records._jsonable(table.to_dict()), sort_keys=True).encode()
-        store.commit_extra("calibration", records.CALIBRATION, data)
-    import resource
-
+    if shard_index == 0:
+        timings.update(_commit_extras(store, systems, model, cfg))
     store.finish(
         {
             "parse": {"games_read": stats.games_read, "dropped": dict(stats.dropped)},
             "timings_s": timings,
-            # the process's peak so far: the scoring's, bounded by one chunk (not the input)
+            # the process's peak so far: the scoring's, bounded by one chunk (not by the input)
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
         }
     )

@@ -233,6 +233,16 @@ class ShardStore:
         self.manifest["chunks"].append({**entry, **info})
         self._save()
 
+    def check_chunk(self, index: int, span: Mapping[str, str]) -> None:
+        """A committed chunk being skipped must hold the same games as the input's chunk now."""
+        entry = self.manifest["chunks"][index]
+        got = {k: entry.get(k) for k in span}
+        if got != dict(span):
+            raise RecordsError(
+                f"{self.dir}: chunk {index} was committed for games {got} but the input now has "
+                f"{dict(span)} there; the games file changed: use a new --records directory"
+            )
+
     def commit_extra(self, key: str, name: str, data: bytes) -> None:
         _atomic_write(self.dir / name, data)
         self.manifest["extras"][key] = name
