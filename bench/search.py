@@ -1,4 +1,4 @@
-"""Search throughput: the batched KV-cached search against the released design.
+"""Search throughput against the released design, interleaved so the ratio survives a busy machine.
 
 Ours: ``Searcher.run`` on B real positions at once (one new token per simulation, root prefix
 from the cache, prefill of the whole prefix included: the cache is cleared before every run).
@@ -7,14 +7,20 @@ evaluation runs the model on the whole sequence root prefix + path, no cache
 (``reference.ReferenceMCTS`` + ``FullSequenceEvaluator``, jitted forward on lengths rounded up
 to a multiple of 16). It does not batch, so it is measured at batch 1 per ply.
 
-    .venv/bin/python bench/search.py                 # the default grid (~10 min on 2 CPU cores)
-    .venv/bin/python bench/search.py --full          # every size at plies 30/80/150 (~20 min)
-    .venv/bin/python bench/search.py --sizes allie_124m --batches allie_124m=1,32,256
+Interleaving: for each (size, ply) every shape is compiled first (not timed); then ``--rounds``
+rounds, each timing the baseline on one game (``mean_sims`` simulations; a different position per
+round) and then every (preset, batch) of ours: A B1 B2 ... A B1 B2 ... Each round gives a ratio
+(ours sims/s over that round's baseline sims/s); a row reports the median ratio with its min-max
+over the rounds, and the load average (``/proc/loadavg``, 1 min) at the row's start and end.
+
+    .venv/bin/python bench/search.py                 # small model, ply 30, search/adaptive/gumbel
+    .venv/bin/python bench/search.py --full          # every size at plies 30/80/150
+    .venv/bin/python bench/search.py --sizes allie_124m --batches allie_124m=1,32 --rounds 5
 
 Sizes: ``small`` is the 4-layer width-256 (8 heads) shape the issue quotes for the released code;
 any ``ModelConfig.named`` name works too (random init: speed does not depend on the weights,
-but the adaptive budgets come from the random time head). Timings: the first run of each
-(preset, batch, ply) compiles and is not timed; then the best of ``--repeat`` runs.
+but the adaptive budgets come from the random time head). Gumbel presets are compared with the
+same pUCT baseline (both count simulations; a Gumbel simulation costs the same model work).
 
 Positions: the sample games (``data/sample``) cut at the given ply; only 33 sample games reach
 ply 151, so a batch larger than the number of distinct positions repeats them (as different
@@ -26,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import os
 import pathlib
 import platform
 import time
@@ -51,7 +58,7 @@ SAMPLES = [
 SIZES = {"small": dict(num_layers=4, embed_dim=256, num_heads=8, max_len=1024)}
 DEFAULT_BATCHES = {"small": (1, 32, 256), "allie_124m": (1, 32)}
 ALL_PLIES = (30, 80, 150)
-# the default run (~10 min on 2 CPU cores): the small model at ply 30 only; --full: every ply
+# the default run: the small model at ply 30 only; --full: every ply
 DEFAULT_PLIES = {"small": (30,), "allie_124m": ALL_PLIES}
 
 
@@ -102,48 +109,65 @@ def make_forward(model):
     return forward
 
 
-def bench_ours(model, config, games, repeat):
-    searcher = Searcher(model, config)
-    searcher.run(games, 0)  # compile (not timed)
-    times, sims = [], 0
-    for r in range(repeat):
-        searcher.forget()  # a cold root each time: the prefill is part of the cost
+class Ours:
+    """One (preset, batch) of ours: compiled at construction, then timed per round."""
+
+    def __init__(self, model, config: SearchConfig, games: list):
+        self.searcher = Searcher(model, config)
+        self.games = games
+        self.searcher.run(games, 0)  # compile (not timed)
+        self.rates: list[float] = []
+        self.sims = 0
+
+    def round(self, r: int) -> float:
+        self.searcher.forget()  # a cold root each time: the prefill is part of the cost
         t = time.perf_counter()
-        out = searcher.run(games, r + 1)
-        times.append(time.perf_counter() - t)
-        sims = int(out.num_sims.sum())
-    best = min(times)
-    prefix = sum(len(encode_game(g, partial=True).tokens) for g in games)
-    return {
-        "sims_s": sims / best,
-        "moves_s": len(games) / best,
-        "tok_sim": (sims + prefix) / max(sims, 1),
-        "mean_sims": sims / len(games),
-        "max_sims": int(out.num_sims.max()),
-    }
+        out = self.searcher.run(self.games, r + 1)
+        elapsed = time.perf_counter() - t
+        self.sims = int(out.num_sims.sum())
+        self.max_sims = int(out.num_sims.max())
+        self.rates.append(self.sims / elapsed)
+        return self.rates[-1]
+
+    def tok_sim(self) -> float:
+        prefix = sum(len(encode_game(g, partial=True).tokens) for g in self.games)
+        return (self.sims + prefix) / max(self.sims, 1)
 
 
-def bench_baseline(model, games, sims, budget_s):
-    forward = make_forward(model)
-    total_sims, total_t, tokens, evals = 0, 0.0, 0, 0
-    for game in games:
+class Baseline:
+    """The released design on one game per round (compiled for the likely widths first)."""
+
+    def __init__(self, model, games: list, sims: int):
+        self.forward = make_forward(model)
+        self.games, self.sims = games, sims
+        self.rates: list[float] = []
+        self.tokens = self.evals = 0
+        for game in games:
+            root = len(encode_game(game, partial=True).tokens)
+            for n in sorted({-(-(root + d) // 16) * 16 for d in range(0, 12)}):
+                self.forward(list(range(n)))  # compile the likely widths (not timed)
+
+    def round(self, r: int) -> float:
+        game = self.games[r % len(self.games)]
         board = chess.Board()
         for m in game.moves:
             board.push_uci(m)
         root = encode_game(game, partial=True).tokens.tolist()
-        ev = FullSequenceEvaluator(forward, root, board.turn == chess.WHITE)
+        ev = FullSequenceEvaluator(self.forward, root, board.turn == chess.WHITE)
         mcts = ReferenceMCTS(ev)
-        for n in sorted({-(-(len(root) + d) // 16) * 16 for d in range(0, 12)}):
-            forward(list(range(n)))  # compile the likely widths (not timed)
         t = time.perf_counter()
-        mcts.run(board, sims)
-        total_t += time.perf_counter() - t
-        total_sims += sims
-        tokens += ev.tokens_computed
-        evals += mcts.evaluations
-        if total_t > budget_s:
-            break
-    return total_sims / total_t, tokens / max(evals, 1)
+        mcts.run(board, self.sims)
+        self.rates.append(self.sims / (time.perf_counter() - t))
+        self.tokens += ev.tokens_computed
+        self.evals += mcts.evaluations
+        return self.rates[-1]
+
+
+def load1() -> float:
+    try:
+        return float(pathlib.Path("/proc/loadavg").read_text().split()[0])
+    except OSError:
+        return float("nan")
 
 
 def _batches(spec: list[str], sizes: list[str]) -> dict[str, tuple[int, ...]]:
@@ -158,7 +182,7 @@ def _batches(spec: list[str], sizes: list[str]) -> dict[str, tuple[int, ...]]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--sizes", default="small,allie_124m", help="comma-separated model sizes")
+    p.add_argument("--sizes", default="small", help="comma-separated model sizes")
     p.add_argument(
         "--batches",
         nargs="*",
@@ -173,11 +197,10 @@ def main() -> None:
         help="plies for every size; default small=30, allie_124m=30 80 150 (--full: 30 80 150)",
     )
     p.add_argument("--full", action="store_true", help="every size at plies 30, 80 and 150")
-    p.add_argument("--presets", nargs="+", default=["search", "adaptive"])
+    p.add_argument("--presets", nargs="+", default=["search", "adaptive", "gumbel"])
     p.add_argument("--mean-sims", type=int, default=50)
-    p.add_argument("--repeat", type=int, default=2)
-    p.add_argument("--baseline-games", type=int, default=3)
-    p.add_argument("--baseline-seconds", type=float, default=15.0)
+    p.add_argument("--rounds", type=int, default=5, help="ABAB rounds (at least 5 for a figure)")
+    p.add_argument("--baseline-games", type=int, default=5, help="positions the baseline cycles")
     args = p.parse_args()
     sizes = args.sizes.split(",")
     batches = _batches(args.batches, sizes)
@@ -188,39 +211,54 @@ def main() -> None:
 
     print(
         f"{jax.devices()[0].device_kind}, {platform.machine()}, {jax.device_count()} device(s), "
-        f"float32, {args.mean_sims} sims (search) / mean {args.mean_sims} (adaptive)"
+        f"{os.cpu_count()} cpus, float32, {args.mean_sims} sims (search, gumbel) / mean "
+        f"{args.mean_sims} (adaptive), {args.rounds} interleaved rounds, load {load1():.1f}"
     )
     header = (
-        f"{'size':>10} {'preset':>8} {'ply':>4} {'B':>4} {'sims/s':>8} {'moves/s':>8} "
-        f"{'sims/mv':>7} {'base s/s':>8} {'ratio':>7} {'tok/sim':>7} {'base tok':>8} {'bound':>6}"
+        f"{'size':>10} {'preset':>15} {'ply':>4} {'B':>4} {'sims/s':>8} {'moves/s':>8} "
+        f"{'sims/mv':>7} {'base s/s':>8} {'ratio':>6} {'(min-max)':>12} {'tok/sim':>7} "
+        f"{'base tok':>8} {'load':>9}"
     )
     for size in sizes:
         model = AllieModel(model_config(size), rngs=nnx.Rngs(0))
         print(f"\nmodel {size} (random init)\n{header}", flush=True)
         for ply in plies[size]:
+            load_start = load1()
             base_games, _ = positions(ply, args.baseline_games)
-            base_rate, base_tok = bench_baseline(
-                model, base_games, args.mean_sims, args.baseline_seconds
-            )
-            print(
-                f"{size:>10} {'baseline':>8} {ply:>4} {1:>4} {base_rate:>8.1f} "
-                f"{base_rate / args.mean_sims:>8.3f} {args.mean_sims:>7} {'':>8} {'':>7} "
-                f"{base_tok:>7.1f}",
-                flush=True,
-            )
+            baseline = Baseline(model, base_games, args.mean_sims)
+            runs = {}
             for preset in args.presets:
                 cfg = SearchConfig(mode=preset, mean_sims=args.mean_sims)
                 for b in batches[size]:
                     games, distinct = positions(ply, b)
-                    r = bench_ours(model, cfg, games, args.repeat)
-                    note = "" if distinct == b else f"  ({distinct} distinct positions)"
-                    print(
-                        f"{size:>10} {preset:>8} {ply:>4} {b:>4} {r['sims_s']:>8.1f} "
-                        f"{r['moves_s']:>8.2f} {r['mean_sims']:>7.1f} {base_rate:>8.1f} "
-                        f"{r['sims_s'] / base_rate:>6.1f}x {r['tok_sim']:>7.2f} {base_tok:>8.1f} "
-                        f"{base_tok / r['tok_sim']:>5.0f}x{note}",
-                        flush=True,
-                    )
+                    runs[preset, b] = (Ours(model, cfg, games), distinct)
+            for r in range(args.rounds):
+                baseline.round(r)
+                for ours, _ in runs.values():
+                    ours.round(r)
+            load_end = load1()
+            base = np.array(baseline.rates)
+            base_tok = baseline.tokens / max(baseline.evals, 1)
+            print(
+                f"{size:>10} {'baseline':>15} {ply:>4} {1:>4} {np.median(base):>8.1f} "
+                f"{np.median(base) / args.mean_sims:>8.3f} {args.mean_sims:>7} {'':>8} {'':>6} "
+                f"{f'{base.min():.0f}-{base.max():.0f}':>12} {'':>7} {base_tok:>8.1f} "
+                f"{load_start:>4.1f}-{load_end:<4.1f}",
+                flush=True,
+            )
+            for (preset, b), (ours, distinct) in runs.items():
+                rates = np.array(ours.rates)
+                ratios = rates / base
+                note = "" if distinct == b else f"  ({distinct} distinct positions)"
+                print(
+                    f"{size:>10} {preset:>15} {ply:>4} {b:>4} {np.median(rates):>8.1f} "
+                    f"{np.median(rates) * len(ours.games) / max(ours.sims, 1):>8.2f} "
+                    f"{ours.sims / len(ours.games):>7.1f} {np.median(base):>8.1f} "
+                    f"{np.median(ratios):>5.1f}x {f'{ratios.min():.1f}-{ratios.max():.1f}':>12} "
+                    f"{ours.tok_sim():>7.2f} {base_tok:>8.1f} "
+                    f"{load_start:>4.1f}-{load_end:<4.1f}{note}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

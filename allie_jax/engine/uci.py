@@ -505,7 +505,7 @@ class UciHandler:
         overrides: dict[str, Any] = {"temperature": o.temperature}
         if o.temperature <= 0:  # temperature 0 means argmax (SearchConfig wants T > 0)
             overrides = {"temperature": 1.0, "sampling": "argmax"}
-        if preset in ("search", "adaptive"):
+        if preset in ("search", "adaptive", "gumbel", "gumbel-adaptive"):
             overrides["mean_sims"] = o.mean_sims
             overrides["max_sims"] = max(o.max_sims, o.mean_sims)
             if params.nodes is not None and params.nodes > 0:

@@ -15,12 +15,12 @@ from allie_jax.search.config import SearchConfig
 def simulation_budgets(config: SearchConfig, think_time_s: np.ndarray) -> np.ndarray:
     """int32 [B] simulations per game from the predicted think time in seconds."""
     t = np.asarray(think_time_s, dtype=np.float64)
-    if config.mode == "adaptive":
+    if config.adaptive:
         t = np.clip(np.nan_to_num(t, nan=0.0), 0.0, config.max_think_time)
         # np.round is round-half-even like Python's round(), which the released code used.
         sims = np.round(config.sims_per_second * t)
         return np.clip(sims, 0, config.max_sims).astype(np.int32)
-    if config.mode == "search":
+    if config.mode in ("search", "gumbel"):
         return np.full(t.shape, config.mean_sims, dtype=np.int32)
     return np.zeros(t.shape, dtype=np.int32)
 

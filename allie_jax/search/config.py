@@ -18,7 +18,9 @@ from typing import Any
 
 from allie_jax.game import TIME_MEAN
 
-MODES = ("policy", "greedy", "search", "adaptive")
+MODES = ("policy", "greedy", "search", "adaptive", "gumbel", "gumbel-adaptive")
+SEARCH_MODES = ("search", "adaptive", "gumbel", "gumbel-adaptive")  # the modes that build a tree
+ADAPTIVE_MODES = ("adaptive", "gumbel-adaptive")  # budgets from the predicted think time
 FINAL_POLICIES = ("pibar", "visits")
 FPU_MODES = ("absolute", "reduction")
 SAMPLING = ("sample", "argmax", "rating-based")
@@ -50,6 +52,13 @@ class SearchConfig:
     max_path: int = 32  # P: deepest node of the tree (its keys/values are kept per node)
     resign_value: float = -0.9  # resign below this value (side to move) ...
     resign: bool = True  # ... when the termination logit also beats every legal move
+    # Gumbel MuZero (``gumbel``: mean_sims each; ``gumbel-adaptive``: the time rule), see
+    # search/gumbel.py. π' = softmax(prior + σ(q)) is KL-regularised with
+    # λ = (q_max − q_min) / ((gumbel_c_visit + max N) · gumbel_c_scale): c_scale is the knob.
+    gumbel_c_scale: float = 0.1  # mctx's value_scale
+    gumbel_c_visit: float = 50.0  # mctx's maxvisit_init
+    gumbel_considered: int = 16  # actions sampled at the root (mctx's max_num_considered_actions)
+    gumbel_noise: float = 1.0  # Gumbel noise scale (0: deterministic halving)
 
     def __post_init__(self) -> None:
         _check_choice("mode", self.mode, MODES)
@@ -64,13 +73,28 @@ class SearchConfig:
             )
         if self.max_path < 1:
             raise ValueError(f"max_path={self.max_path} must be at least 1")
-        for name in ("c_puct", "c_base", "sims_per_second", "temperature", "max_think_time"):
+        if self.gumbel_considered < 1:
+            raise ValueError(f"gumbel_considered={self.gumbel_considered} must be at least 1")
+        if self.gumbel_noise < 0 or self.gumbel_c_visit < 0:
+            raise ValueError(
+                f"gumbel_noise={self.gumbel_noise} and gumbel_c_visit={self.gumbel_c_visit} "
+                "must not be negative"
+            )
+        for name in (
+            "c_puct",
+            "c_base",
+            "sims_per_second",
+            "temperature",
+            "max_think_time",
+            "gumbel_c_scale",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be positive")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> SearchConfig:
-        """The paper's presets: ``policy``, ``greedy``, ``search`` (50 sims), ``adaptive`` (mean 50)."""
+        """The paper's presets: ``policy``, ``greedy``, ``search`` (50 sims), ``adaptive`` (mean 50),
+        and Gumbel MuZero: ``gumbel`` (50 sims), ``gumbel-adaptive`` (mean 50)."""
         _check_choice("preset", name, MODES)
         return cls(mode=name, **overrides)
 
@@ -83,7 +107,16 @@ class SearchConfig:
 
     @property
     def searches(self) -> bool:
-        return self.mode in ("search", "adaptive")
+        return self.mode in SEARCH_MODES
+
+    @property
+    def adaptive(self) -> bool:
+        """Budgets differ per game (the time rule): rows are sorted and packed by budget."""
+        return self.mode in ADAPTIVE_MODES
+
+    @property
+    def gumbel(self) -> bool:
+        return self.mode in ("gumbel", "gumbel-adaptive")
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

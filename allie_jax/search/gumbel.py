@@ -172,10 +172,7 @@ def search(
     ``noise`` [B, A] is each game's Gumbel noise (``gumbel_noise``), ``table`` the
     ``considered_visits_table`` (budgets index its second axis; larger ones are clipped).
     """
-    legal = legal_from_logits(root.prior_logits)
-    considered = jnp.minimum(gumbel.max_considered, legal.sum(-1))
     budgets = jnp.asarray(budgets, jnp.int32)
-    rows = table[considered, jnp.clip(budgets, 0, table.shape[1] - 1)]
     return tree_search.search(
         root,
         expand_fn,
@@ -184,8 +181,26 @@ def search(
         num_nodes=num_nodes,
         params=params,
         select_fn=make_gumbel_selection(gumbel),
-        extra_data={"gumbel": jnp.asarray(noise, jnp.float32), "considered": rows},
+        extra_data=root_extra_data(root, budgets, noise, table, gumbel),
     )
+
+
+def root_extra_data(
+    root: tree_search.NodeEval,
+    budgets: chex.Array,
+    noise: chex.Array,
+    table: chex.Array,
+    params: GumbelParams,
+) -> dict[str, jax.Array]:
+    """``tree.extra_data`` for Gumbel selection: each game's noise and its halving row.
+
+    The row depends on the budget and on the number of considered actions, min(max_considered,
+    legal moves at the root), as mctx's table lookup does.
+    """
+    legal = legal_from_logits(root.prior_logits)
+    considered = jnp.minimum(params.max_considered, legal.sum(-1))
+    budgets = jnp.clip(jnp.asarray(budgets, jnp.int32), 0, table.shape[1] - 1)
+    return {"gumbel": jnp.asarray(noise, jnp.float32), "considered": table[considered, budgets]}
 
 
 def improve(

@@ -37,8 +37,8 @@ from allie_jax import chess_jax, vocab
 from allie_jax.game import Game, denormalize_think_time, encode_game
 from allie_jax.model.kv_cache import KVCache
 from allie_jax.search import budget as budget_lib
-from allie_jax.search import decision, evaluator, pibar, selection, tree_search
-from allie_jax.search.config import SearchConfig
+from allie_jax.search import decision, evaluator, gumbel, pibar, selection, tree_search
+from allie_jax.search.config import ADAPTIVE_MODES, SearchConfig
 
 LENGTH_BUCKETS = (8, 16, 32, 64, 128, 256, 512)
 # Tokens run through the model by one prefill: finer than the cache widths, because the prefill
@@ -62,6 +62,9 @@ class SearchOutput:
     think_time_s: np.ndarray  # float32 [B]: predicted, clipped to [0, max_think_time]
     resign: np.ndarray  # bool [B]
     search_value: np.ndarray  # float32 [B]: the root's searched value, side to move's view
+    # float32 [B]: the KL weight λ the final policy is optimal for (π̄'s λ_N; Gumbel's
+    # (q_max − q_min) / ((c_visit + max N) · c_scale)); NaN where no simulation ran
+    effective_lambda: np.ndarray | None = None
 
 
 _next_pow2 = decision.next_pow2
@@ -81,7 +84,7 @@ def row_buckets(batch: int, mode: str) -> tuple[int, ...]:
     of B · max(budget). Other modes (equal budgets) compile the batch size only, which keeps
     one compiled search per (batch, tree size) whatever the budgets.
     """
-    if batch == 1 or mode != "adaptive":
+    if batch == 1 or mode not in ADAPTIVE_MODES:
         return (batch,)
     return tuple(batch >> i for i in range(5) if batch >> i >= 1)
 
@@ -115,12 +118,21 @@ def _replay(move_ids, lengths, rules):
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
-def _decide_unsearched(root_state, legal, root_out, argmax_rows, rng, *, config: SearchConfig):
-    """Every row at budget 0 (``policy``, ``greedy``, an all-zero adaptive batch): no tree."""
+def _decide_unsearched(
+    root_state, legal, root_out, argmax_rows, rng, anchor_logits, *, config: SearchConfig
+):
+    """Every row at budget 0 (``policy``, ``greedy``, an all-zero adaptive batch): no tree.
+
+    With an anchor, the move is drawn from the tempered anchor instead of the prior.
+    """
     value_stm = evaluator.mover_value(root_out.value, chess_jax.white_to_move(root_state))
     res = decision.policy_step(root_out.policy_logits, legal, value_stm, argmax_rows, rng, config)
+    if anchor_logits is not None:
+        res["policy"] = decision.legal_prior(anchor_logits, legal, config.temperature)
+        res["move_id"] = decision.draw_moves(res["policy"], legal, argmax_rows, rng)
     res["visits"] = jnp.zeros(legal.shape, jnp.int32)
     res["search_value"] = value_stm
+    res["effective_lambda"] = jnp.full(value_stm.shape, jnp.nan, jnp.float32)
     return res
 
 
@@ -136,49 +148,95 @@ def _sorted_cache(cache: KVCache, order, sorted_rows: bool) -> KVCache:
     )
 
 
-def _start(model, root_state, root_out, budgets, c_puct, order, num_nodes, sorted_rows):
+def _start(
+    model,
+    root_state,
+    root_out,
+    budgets,
+    c_puct,
+    order,
+    num_nodes,
+    sorted_rows,
+    rng,
+    halving_table,
+    gumbel_params: gumbel.GumbelParams | None,
+):
     """Rows sorted by budget (if ``sorted_rows``), the root evaluated, the tree initialised.
 
     The root cache is not an input (``root_eval`` needs only its dtype), so this compiles once
-    per tree size, whatever the cache width.
+    per tree size, whatever the cache width. Gumbel modes (``gumbel_params``) also draw each
+    game's noise (in the callers' row order, so it does not depend on the sort) and gather its
+    sequential-halving row; both ride in ``tree.extra_data``.
     """
     state_s, out_s, budgets_s, c_puct_s = jax.tree.map(
         lambda x: _take(x, order, sorted_rows), (root_state, root_out, budgets, c_puct)
     )
     root = evaluator.root_eval(model, state_s, out_s, model.init_cache(budgets.shape[0], 1))
-    tree = tree_search.init_tree(root, c_puct_s, num_nodes)
+    extra = None
+    if gumbel_params is not None:
+        keys = jax.random.split(jax.random.fold_in(rng, _NOISE_STREAM), budgets.shape[0])
+        noise = gumbel.gumbel_noise(
+            _take(keys, order, sorted_rows), root.prior_logits.shape[-1], gumbel_params.noise_scale
+        )
+        extra = gumbel.root_extra_data(root, budgets_s, noise, halving_table, gumbel_params)
+    tree = tree_search.init_tree(root, c_puct_s, num_nodes, extra)
     return tree, budgets_s, c_puct_s
 
 
-def _finish(tree, budgets_s, c_puct_s, order, root_out, argmax_rows, rng, config, sorted_rows):
+_NOISE_STREAM = 0x6B  # the Gumbel noise's key: fold_in(rng, this); the move is drawn with rng
+
+
+def _finish(
+    tree,
+    budgets_s,
+    c_puct_s,
+    order,
+    root_out,
+    argmax_rows,
+    rng,
+    anchor_logits,
+    config,
+    sorted_rows,
+):
     """The final policy from the searched tree, back in the callers' row order, and the move.
 
     ``budgets_s``: the simulations each (sorted) row actually ran; a row with 0 plays from the
-    tempered prior as in ``policy``.
+    tempered prior (or anchor) as in ``policy``. ``anchor_logits`` (None: the model's prior) is
+    the policy the final one is regularised towards: π̄'s KL term, Gumbel's softmax(anchor + σ).
     """
     prior_logits = tree.children_prior_logits[:, 0]
     legal = selection.legal_from_logits(prior_logits)
     prior = decision.legal_prior(prior_logits, legal)
-    tempered = decision.legal_prior(prior_logits, legal, config.temperature)
+    anchor = prior_logits
+    if anchor_logits is not None:
+        anchor = _take(anchor_logits.astype(jnp.float32), order, sorted_rows)
+        anchor = selection.mask_logits(anchor, legal)
+    tempered = decision.legal_prior(anchor, legal, config.temperature)
     visits = tree.children_visits[:, 0]
-    q = jax.vmap(
-        lambda t, i: selection.completed_q(t, i, fpu_mode=config.fpu_mode, fpu=config.fpu),
-        in_axes=(0, None),
-    )(tree, 0)
-    lam = pibar.kl_lambda(c_puct_s, visits.sum(-1), legal.sum(-1), sqrt=config.lambda_sqrt)
-    if config.final_policy == "pibar":
-        searched = pibar.pibar(q, prior, legal, lam, iterations=config.pibar_iterations)
+    if config.gumbel:
+        improved = gumbel.improve(tree, tree.extra_data["gumbel"], gumbel_params(config), anchor)
+        searched, lam = improved.policy, improved.effective_lambda
     else:
-        searched = pibar.visit_policy(visits, prior)
+        anchor_prior = decision.legal_prior(anchor, legal)
+        q = jax.vmap(
+            lambda t, i: selection.completed_q(t, i, fpu_mode=config.fpu_mode, fpu=config.fpu),
+            in_axes=(0, None),
+        )(tree, 0)
+        lam = pibar.kl_lambda(c_puct_s, visits.sum(-1), legal.sum(-1), sqrt=config.lambda_sqrt)
+        if config.final_policy == "pibar":
+            searched = pibar.pibar(q, anchor_prior, legal, lam, iterations=config.pibar_iterations)
+        else:
+            searched = pibar.visit_policy(visits, anchor_prior)
+    lam = jnp.where(budgets_s > 0, lam, jnp.nan).astype(jnp.float32)
     policy = jnp.where((budgets_s > 0)[:, None], searched, tempered)
     search_value = tree.node_values[:, 0]
     root_value = tree.raw_values[:, 0]
     # back to the callers' row order before sampling, so a row's move does not depend on how
     # the batch was sorted
     inverse = jnp.argsort(order)
-    legal, prior, policy, visits, search_value, root_value = jax.tree.map(
+    legal, prior, policy, visits, search_value, root_value, lam = jax.tree.map(
         lambda x: _take(x, inverse, sorted_rows),
-        (legal, prior, policy, visits, search_value, root_value),
+        (legal, prior, policy, visits, search_value, root_value, lam),
     )
     return {
         "move_id": decision.draw_moves(policy, legal, argmax_rows, rng),
@@ -187,7 +245,24 @@ def _finish(tree, budgets_s, c_puct_s, order, root_out, argmax_rows, rng, config
         "visits": visits.astype(jnp.int32),
         "resign": decision.resign_flags(root_out.policy_logits, legal, root_value, config),
         "search_value": search_value,
+        "effective_lambda": lam,
     }
+
+
+def gumbel_params(config: SearchConfig) -> gumbel.GumbelParams | None:
+    """The Gumbel knobs of a ``gumbel*`` config (static, hashable), None for other modes."""
+    if not config.gumbel:
+        return None
+    return gumbel.GumbelParams(
+        c_visit=float(config.gumbel_c_visit),
+        c_scale=float(config.gumbel_c_scale),
+        max_considered=int(config.gumbel_considered),
+        noise_scale=float(config.gumbel_noise),
+    )
+
+
+def _select_fn(params: gumbel.GumbelParams | None):
+    return None if params is None else gumbel.make_gumbel_selection(params)
 
 
 _STATIC = ("graphdef", "num_nodes", "config", "tree_params", "row_buckets")
@@ -205,6 +280,8 @@ def _search(
     argmax_rows,
     rng,
     order,
+    anchor_logits,
+    halving_table,
     *,
     num_nodes: int,
     config: SearchConfig,
@@ -214,33 +291,86 @@ def _search(
     """The whole search of a batch in one call: ``_start``, every simulation, ``_finish``."""
     model = nnx.merge(graphdef, params)
     sorted_rows = len(row_buckets) > 1  # rows by budget, descending: the active rows are a prefix
+    gp = gumbel_params(config)
     tree, budgets_s, c_puct_s = _start(
-        model, root_state, root_out, budgets, c_puct, order, num_nodes, sorted_rows
+        model,
+        root_state,
+        root_out,
+        budgets,
+        c_puct,
+        order,
+        num_nodes,
+        sorted_rows,
+        rng,
+        halving_table,
+        gp,
     )
     expand = evaluator.make_model_expand(
         model, _sorted_cache(cache, order, sorted_rows), row_buckets
     )
     stop = jnp.max(jnp.minimum(budgets_s, num_nodes - 1))
     tree = tree_search.run_simulations(
-        tree, expand, budgets_s, 0, stop, num_nodes=num_nodes, params=tree_params
+        tree,
+        expand,
+        budgets_s,
+        0,
+        stop,
+        num_nodes=num_nodes,
+        params=tree_params,
+        select_fn=_select_fn(gp),
     )
     return _finish(
-        tree, budgets_s, c_puct_s, order, root_out, argmax_rows, rng, config, sorted_rows
+        tree,
+        budgets_s,
+        c_puct_s,
+        order,
+        root_out,
+        argmax_rows,
+        rng,
+        anchor_logits,
+        config,
+        sorted_rows,
     )
 
 
 # The same search in pieces, for a caller with a clock: start, chunks of simulations, finish.
-@functools.partial(jax.jit, static_argnames=("graphdef", "num_nodes", "sorted_rows"))
+@functools.partial(
+    jax.jit, static_argnames=("graphdef", "num_nodes", "sorted_rows", "gumbel_params")
+)
 def _search_start(
-    graphdef, params, root_state, root_out, budgets, c_puct, order, *, num_nodes, sorted_rows
+    graphdef,
+    params,
+    root_state,
+    root_out,
+    budgets,
+    c_puct,
+    order,
+    rng,
+    halving_table,
+    *,
+    num_nodes,
+    sorted_rows,
+    gumbel_params,
 ):
     model = nnx.merge(graphdef, params)
-    return _start(model, root_state, root_out, budgets, c_puct, order, num_nodes, sorted_rows)
+    return _start(
+        model,
+        root_state,
+        root_out,
+        budgets,
+        c_puct,
+        order,
+        num_nodes,
+        sorted_rows,
+        rng,
+        halving_table,
+        gumbel_params,
+    )
 
 
 @functools.partial(
     jax.jit,
-    static_argnames=("graphdef", "num_nodes", "tree_params", "row_buckets"),
+    static_argnames=("graphdef", "num_nodes", "tree_params", "row_buckets", "gumbel_params"),
     donate_argnames=("tree",),
 )
 def _search_chunk(
@@ -256,12 +386,20 @@ def _search_chunk(
     num_nodes: int,
     tree_params: tree_search.SearchParams,
     row_buckets: tuple[int, ...],
+    gumbel_params: gumbel.GumbelParams | None = None,
 ):
     model = nnx.merge(graphdef, params)
     cache_s = _sorted_cache(cache, order, len(row_buckets) > 1)
     expand = evaluator.make_model_expand(model, cache_s, row_buckets)
     return tree_search.run_simulations(
-        tree, expand, budgets_s, start, stop, num_nodes=num_nodes, params=tree_params
+        tree,
+        expand,
+        budgets_s,
+        start,
+        stop,
+        num_nodes=num_nodes,
+        params=tree_params,
+        select_fn=_select_fn(gumbel_params),
     )
 
 
@@ -274,12 +412,22 @@ def _search_finish(
     root_out,
     argmax_rows,
     rng,
+    anchor_logits,
     *,
     config: SearchConfig,
     sorted_rows: bool,
 ):
     return _finish(
-        tree, budgets_s, c_puct_s, order, root_out, argmax_rows, rng, config, sorted_rows
+        tree,
+        budgets_s,
+        c_puct_s,
+        order,
+        root_out,
+        argmax_rows,
+        rng,
+        anchor_logits,
+        config,
+        sorted_rows,
     )
 
 
@@ -417,6 +565,7 @@ class Searcher:
         deadline: float | None = None,
         should_stop: Callable[[], bool] | None = None,
         budgets: np.ndarray | Sequence[int] | None = None,
+        anchor_logits: np.ndarray | None = None,
     ) -> SearchOutput:
         """Choose a move for every game (each must have a legal move: no finished games).
 
@@ -424,12 +573,19 @@ class Searcher:
         chunks) make the search run in chunks of simulations and stop early with the tree it
         has; ``num_sims`` then reports the simulations each game actually got. ``budgets``
         replaces the preset's budget rule (UCI ``go nodes``), clipped to ``[0, max_sims]``.
+
+        ``anchor_logits`` (float [len(games), 1968], logits or log-probabilities, −inf allowed;
+        illegal moves are masked here) replaces the model's prior as the policy the final one
+        is regularised towards: π̄'s KL term, Gumbel's softmax(anchor + σ(q)), and the budget-0
+        rows (e.g. a human model such as Maia, for piKL-style play). The tree itself keeps the
+        model's prior and values.
         """
         if len(games) == 0:
             raise ValueError("games is empty")
         cfg = self.config
         n = len(games)
         b = _next_pow2(n)
+        anchor = _anchor_rows(anchor_logits, n, b)
         token_rows = [self._tokens(g) for g in games]
         heads = [len(t) - len(g.moves) for t, g in zip(token_rows, games, strict=True)]
         keys: list[Any] = [self._key(g) for g in games]
@@ -464,6 +620,7 @@ class Searcher:
             decision.as_jax_key(rng),
             deadline=deadline,
             should_stop=should_stop,
+            anchor=anchor,
         )
         self.stats["simulations"] += int(ran[:n].sum())
         self.stats["positions"] += n
@@ -479,6 +636,7 @@ class Searcher:
             think_time_s=think[:n].astype(np.float32),
             resign=np.asarray(res["resign"][:n], bool),
             search_value=np.asarray(res["search_value"][:n], np.float32),
+            effective_lambda=np.asarray(res["effective_lambda"][:n], np.float32),
         )
 
     def _decide(
@@ -493,6 +651,7 @@ class Searcher:
         *,
         deadline: float | None = None,
         should_stop: Callable[[], bool] | None = None,
+        anchor: jax.Array | None = None,
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """The move of every row from its root: budget 0 → the policy, else the search.
 
@@ -503,7 +662,7 @@ class Searcher:
         nodes = self._tree_size(int(budgets.max()))
         if nodes == 1:
             res = _decide_unsearched(
-                state, legal, root_out, jnp.asarray(argmax_rows), key, config=cfg
+                state, legal, root_out, jnp.asarray(argmax_rows), key, anchor, config=cfg
             )
             return jax.device_get(res), np.zeros(b, np.int32)
         budgets = np.minimum(budgets, nodes - 1).astype(np.int32)
@@ -511,6 +670,8 @@ class Searcher:
         buckets = row_buckets(b, cfg.mode)
         order = np.argsort(-budgets, kind="stable").astype(np.int32)
         params = tree_search.SearchParams(cfg.c_base, cfg.fpu_mode, float(cfg.fpu), cfg.max_path)
+        gp = gumbel_params(cfg)
+        table = _halving_table(cfg) if gp is not None else None
         if deadline is None and should_stop is None:
             res = _search(
                 self.graphdef,
@@ -523,6 +684,8 @@ class Searcher:
                 jnp.asarray(argmax_rows),
                 key,
                 jnp.asarray(order),
+                anchor,
+                table,
                 num_nodes=nodes,
                 config=cfg,
                 tree_params=params,
@@ -538,8 +701,11 @@ class Searcher:
             jnp.asarray(budgets),
             jnp.asarray(c_puct),
             jnp.asarray(order),
+            key,
+            table,
             num_nodes=nodes,
             sorted_rows=sorted_rows,
+            gumbel_params=gp,
         )
         tree_ref = [tree]
         ran = self._run_chunks(
@@ -563,6 +729,7 @@ class Searcher:
             root_out,
             jnp.asarray(argmax_rows),
             key,
+            anchor,
             config=cfg,
             sorted_rows=sorted_rows,
         )
@@ -608,6 +775,7 @@ class Searcher:
                 num_nodes=nodes,
                 tree_params=params,
                 row_buckets=buckets,
+                gumbel_params=gumbel_params(self.config),
             )
             tree_ref[0] = jax.block_until_ready(tree)
             done += n
@@ -661,3 +829,30 @@ class Searcher:
             del self._rows[k]
         self.stats = before
         return calls
+
+
+def _anchor_rows(anchor_logits: Any, n: int, b: int) -> jax.Array | None:
+    """The caller's anchor as float32 [b, 1968] (padding rows uniform), checked."""
+    if anchor_logits is None:
+        return None
+    anchor = np.asarray(anchor_logits, np.float32)
+    if anchor.ndim != 2 or anchor.shape[0] != n or anchor.shape[1] < vocab.NUM_MOVES:
+        raise ValueError(
+            f"anchor_logits has shape {anchor.shape}: expected ({n}, {vocab.NUM_MOVES}), "
+            "one row of move logits per game"
+        )
+    anchor = anchor[:, : vocab.NUM_MOVES]
+    if np.isnan(anchor).any() or np.isposinf(anchor).any():
+        raise ValueError("anchor_logits holds NaN or +inf: expected finite logits (or -inf)")
+    anchor = np.where(np.isneginf(anchor), selection.ILLEGAL_LOGIT, anchor)
+    return jnp.asarray(np.concatenate([anchor, np.zeros((b - n, anchor.shape[1]), np.float32)]))
+
+
+@functools.lru_cache(maxsize=4)
+def _halving_table_for(max_considered: int, max_sims: int) -> jax.Array:
+    return jnp.asarray(gumbel.considered_visits_table(max_considered, max_sims))
+
+
+def _halving_table(config: SearchConfig) -> jax.Array:
+    """Sequential halving's rows for every budget up to ``max_sims`` (built once per shape)."""
+    return _halving_table_for(config.gumbel_considered, config.max_sims)
