@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-import pathlib
 import time
 from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
+from etils import epath
+
+from allie_jax.train.paths import is_remote
 
 # Dense bf16 peak FLOP/s per device (the figure MFU is measured against). CPU has no meaningful
 # peak; we fall back to a nominal one so the column is still filled (marked in the log).
@@ -48,24 +50,52 @@ def training_flops_per_token(
     return 6.0 * num_params + 12.0 * num_layers * embed_dim * seq_len
 
 
+class _RewrittenFile:
+    """Append-only lines on a store without append (gs://): kept in memory, the whole file
+    rewritten at most every ``every_s`` seconds and on close. Lines already in the file (a
+    resumed run) are kept."""
+
+    def __init__(self, path: epath.Path, every_s: float = 60.0):
+        self.path, self.every_s = path, every_s
+        self.lines = path.read_text().splitlines(keepends=True) if path.exists() else []
+        self.written = time.monotonic()
+
+    def write(self, line: str) -> None:
+        self.lines.append(line)
+        if time.monotonic() - self.written > self.every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        self.path.write_text("".join(self.lines))
+        self.written = time.monotonic()
+
+    def close(self) -> None:
+        self.flush()
+
+
 class MetricsWriter:
     """Writes scalars to TensorBoard and one JSON object per line to ``metrics.jsonl``.
 
-    Only process 0 writes, so a pod job produces one log.
+    Only process 0 writes, so a pod job produces one log. ``workdir`` may be remote (epath).
     """
 
-    def __init__(self, workdir: str | pathlib.Path):
+    def __init__(self, workdir: epath.PathLike, *, tensorboard: bool = True):
         self.enabled = jax.process_index() == 0
         self._jsonl = None
         self._tb = None
         if not self.enabled:
             return
-        workdir = pathlib.Path(workdir)
+        workdir = epath.Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
-        self._jsonl = open(workdir / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
-        from tensorboardX import SummaryWriter
+        path = workdir / "metrics.jsonl"
+        if is_remote(workdir):
+            self._jsonl = _RewrittenFile(path)
+        else:
+            self._jsonl = open(path, "a", buffering=1)  # noqa: SIM115
+        if tensorboard:
+            from tensorboardX import SummaryWriter
 
-        self._tb = SummaryWriter(str(workdir / "tensorboard"))
+            self._tb = SummaryWriter(str(workdir / "tensorboard"))
 
     def write(self, step: int, metrics: Mapping[str, float], prefix: str = "train") -> None:
         if not self.enabled:
@@ -73,17 +103,20 @@ class MetricsWriter:
         clean = {k: float(v) for k, v in metrics.items()}
         record = {"step": int(step), "split": prefix, "time": time.time(), **clean}
         self._jsonl.write(json.dumps(record) + "\n")
-        for key, value in clean.items():
-            self._tb.add_scalar(f"{prefix}/{key}", value, int(step))
+        if self._tb is not None:
+            for key, value in clean.items():
+                self._tb.add_scalar(f"{prefix}/{key}", value, int(step))
 
     def flush(self) -> None:
         if self.enabled:
-            self._tb.flush()
+            if self._tb is not None:
+                self._tb.flush()
             self._jsonl.flush()
 
     def close(self) -> None:
         if self.enabled:
-            self._tb.close()
+            if self._tb is not None:
+                self._tb.close()
             self._jsonl.close()
             self.enabled = False
 
