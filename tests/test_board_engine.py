@@ -61,6 +61,7 @@ def test_allie_predict_and_play_with_a_board_checkpoint(board_dir):
     assert -1.0 <= searched.value <= 1.0
 
 
+@pytest.mark.slow  # a few more compiles; run by make test-all
 def test_board_searcher_prior_is_the_model_policy(board_dir):
     from allie_jax.search.config import SearchConfig
 

@@ -172,6 +172,7 @@ def test_refinement_candidates_and_final_distribution(real_batch):
     assert np.all(np.asarray(skipped.choice_logits) == 0)
 
 
+@pytest.mark.slow  # a few more compiles; run by make test-all
 def test_fewer_than_three_legal_moves():
     board = chess.Board("7k/8/8/8/8/8/6q1/7K w - - 0 1")  # Kxg2 only
     batch = bf.board_inputs([board])
@@ -216,6 +217,7 @@ def test_decoder_soft_elo_is_the_same_rule():
     np.testing.assert_allclose(x[1], weak, rtol=1e-5)  # clipped at 500
 
 
+@pytest.mark.slow  # a few more compiles; run by make test-all
 def test_nine_embedding_schemes(real_batch):
     inputs = _inputs(real_batch)
     for scheme in ("9_add", "9_tokens"):
@@ -239,6 +241,7 @@ def test_nine_embedding_schemes(real_batch):
         assert _run(model, inputs).policy_logits.shape == (len(real_batch["side"]), vocab.NUM_MOVES)
 
 
+@pytest.mark.slow  # a few more compiles; run by make test-all
 def test_feedback_cycles_rerun_the_chosen_blocks(real_batch):
     cfg = BoardConfig.named("board_tiny", feedback_cycles=2, feedback_from=1, feedback_to=2)
     model = BoardTransformer(cfg, rngs=nnx.Rngs(4))

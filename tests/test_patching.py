@@ -51,6 +51,7 @@ def test_patching_the_differing_squares_at_the_embeddings(patcher):
     assert same.patched_move == same.clean_move and same.logit_drop == pytest.approx(0, abs=1e-5)
 
 
+@pytest.mark.slow  # a few more compiles; run by make test-all
 def test_last_step_reads_only_cls(patcher):
     steps = num_steps(patcher.model)
     assert steps == 3  # embeddings + 2 blocks
