@@ -7,6 +7,13 @@ compiled), then timed on the same games, model-only and with the per-position re
 (legal-move masks from python-chess, top move, invalid mass, resign rule). Usage::
 
     python bench/evaluate.py [--games 100] [--size tiny] [--batch_size 16]
+    python bench/evaluate.py --torch --size allie_124m --games 40   # vs one PyTorch forward per game
+
+``--torch`` (needs the ``torch`` extra): our causal pass with and without compilation beside ONE
+PyTorch forward over each whole game (batch 1, float32, ``torch.inference_mode``, log-softmax at
+every position like ours), same weights (a released-structure PyTorch model converted by
+``convert_released_allie``), same run; after the cold (compiling) pass the two are interleaved
+over ``--rounds`` rounds and the medians reported, with the load average.
 """
 
 from __future__ import annotations
@@ -92,13 +99,91 @@ def run(args: argparse.Namespace) -> dict:
     return result
 
 
+def load1() -> float:
+    try:
+        return float(pathlib.Path("/proc/loadavg").read_text().split()[0])
+    except OSError:
+        return float("nan")
+
+
+def run_torch(args: argparse.Namespace) -> dict:
+    """Ours (cold: compile included; warm) against one PyTorch forward per whole game."""
+    import sys
+
+    import torch
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from torch_allie import paired_models
+
+    from allie_jax.eval.scoring import game_tokens
+
+    load_start = load1()
+    torch_model, model = paired_models(args.size)
+    games = list(itertools.islice(read_games(args.pgn), args.games))
+    max_len = min(model.config.max_len, 512)
+    rows = [game_tokens(g, max_len) for g in games]
+    positions = sum(len(t) - h + 1 for t, h in rows)
+
+    def ours():
+        return list(CausalScorer(model, batch_size=args.batch_size).score(games))
+
+    def theirs():
+        out = []
+        with torch.inference_mode():
+            for tokens, h in rows:
+                logits, value, time_s = torch_model(torch.as_tensor(tokens[None], dtype=torch.long))
+                logp = torch.log_softmax(logits[0, h - 1 :].float(), dim=-1)
+                out.append((logp.numpy(), value[0, h - 1 :].numpy(), time_s[0, h - 1 :].numpy()))
+        return out
+
+    jax.clear_caches()  # the cold pass compiles every padded shape it meets
+    t_cold, outs = timed(ours)
+    warm, torch_times = [], []
+    for _ in range(args.rounds):
+        t, outs = timed(ours)
+        warm.append(t)
+        t, ref = timed(theirs)
+        torch_times.append(t)
+    ours_by_game = dict(outs)
+    diff = max(
+        float(np.abs(ours_by_game[i].log_probs[:, : ref[i][0].shape[1]] - ref[i][0]).max())
+        for i in range(min(5, len(games)))
+    )
+    t_warm, t_torch = float(np.median(warm)), float(np.median(torch_times))
+    return {
+        "device": jax.devices()[0].device_kind,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "model": args.size,
+        "games": len(games),
+        "positions": positions,
+        "batch_size": args.batch_size,
+        "ours_with_compile_positions_per_s": positions / t_cold,
+        "ours_positions_per_s": positions / t_warm,
+        "ours_min_max": [positions / max(warm), positions / min(warm)],
+        "torch_one_forward_per_game_positions_per_s": positions / t_torch,
+        "torch_min_max": [positions / max(torch_times), positions / min(torch_times)],
+        "ratio_ours_over_torch": t_torch / t_warm,
+        "ratio_with_compile": t_torch / t_cold,
+        "max_abs_logprob_diff_vs_torch": diff,
+        "rounds": args.rounds,
+        "load_average_start_end": [load_start, load1()],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=100)
     parser.add_argument("--size", default="tiny")
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--pgn", default=str(SAMPLE))
-    result = run(parser.parse_args())
+    parser.add_argument("--torch", action="store_true", help="compare with PyTorch (torch extra)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds for --torch")
+    args = parser.parse_args()
+    if args.torch:
+        print(json.dumps(run_torch(args), indent=2))
+        return
+    result = run(args)
     print(json.dumps(result, indent=2))
     print(
         f"\n| evaluator | positions/s (model) | positions/s (end to end) |\n|---|---:|---:|\n"

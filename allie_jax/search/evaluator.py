@@ -19,7 +19,7 @@ of the new token into the same stores, so XLA copied both whole [B, N, L, heads,
 twice per step (4 x 77 MB at batch 32 with a 124M model: 77 -> 65 ms per step).
 
 Rows that ran out of simulations (``num_active``: rows at or past it are idle this step) skip
-the model: ``row_buckets`` lists the batch sizes compiled (a ``lax.switch`` picks the smallest
+the model and the chess rules (move, legal mask, outcome): ``row_buckets`` lists the batch sizes compiled (a ``lax.switch`` picks the smallest
 that covers the active rows). With rows sorted by budget, late steps of a mixed-budget batch
 then cost what their few active games cost.
 
@@ -171,7 +171,10 @@ def make_model_expand(model: Any, root_cache: KVCache, row_buckets: tuple[int, .
     if buckets[0] != batch or list(buckets) != sorted(buckets, reverse=True):
         raise ValueError(f"row_buckets={buckets} must descend from the batch size {batch}")
 
-    def evaluate(size, store_k, store_v, path_nodes, path_len, action):
+    def evaluate(size, store_k, store_v, path_nodes, path_len, action, state):
+        # the rules (move, legal mask, outcome) and the model run on the first ``size`` rows only
+        state = jax.tree.map(lambda x: x[:size], state)
+        child = chess_jax.apply(state, action[:size])
         out, k, v = path_forward(
             model,
             action[:size],
@@ -181,26 +184,24 @@ def make_model_expand(model: Any, root_cache: KVCache, row_buckets: tuple[int, .
             store_k,
             store_v,
         )
+        ev = node_eval(child, out.policy_logits[:, 0], out.value[:, 0], k, v)
         pad = batch - size
 
         def grow(x):
             return jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
 
-        return grow(out.policy_logits[:, 0]), grow(out.value[:, 0]), grow(k), grow(v)
+        return jax.tree.map(grow, ev) if pad else ev
 
     def expand(payloads, parent, path_nodes, path_len, action, num_active=None):
         rows = jnp.arange(parent.shape[0])
         state = jax.tree.map(lambda x: x[rows, parent], payloads["state"])
-        child = chess_jax.apply(state, action)
-        args = (payloads["k"], payloads["v"], path_nodes, path_len, action)
+        args = (payloads["k"], payloads["v"], path_nodes, path_len, action, state)
         if len(buckets) == 1 or num_active is None:
-            logits, value, k, v = evaluate(batch, *args)
-        else:
-            # smallest bucket >= num_active: buckets descend, so count those that still cover it
-            index = jnp.sum(jnp.asarray(buckets) >= num_active) - 1
-            branches = [functools.partial(evaluate, size) for size in buckets]
-            logits, value, k, v = jax.lax.switch(index, branches, *args)
-        return node_eval(child, logits, value, k, v)
+            return evaluate(batch, *args)
+        # smallest bucket >= num_active: buckets descend, so count those that still cover it
+        index = jnp.sum(jnp.asarray(buckets) >= num_active) - 1
+        branches = [functools.partial(evaluate, size) for size in buckets]
+        return jax.lax.switch(index, branches, *args)
 
     return expand
 
