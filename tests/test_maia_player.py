@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import jax
+import numpy as np
 import pytest
 
+from allie_jax import vocab
 from allie_jax.baselines.maia_player import MaiaPlayer, MaiaSpec, parse_maia_spec
 from allie_jax.game import Game
 from tests.maia_support import maia_dir
@@ -38,3 +40,17 @@ def test_policy_player_moves_and_maia_star():
     assert star.rating_for(Game([], 1200, 1870)) == 1900
     with pytest.raises(ValueError, match="over"):
         player.play([Game(["f2f3", "e7e5", "g2g4", "d8h4"], 1100, 1100)], jax.random.key(0))
+
+
+def test_anchor_logits_for_allie_search():
+    from allie_jax.baselines.maia import MaiaSet
+    from allie_jax.baselines.maia_player import maia_anchor_logits
+
+    maia = MaiaSet(maia_dir())
+    games = [Game([], 1100, 1100), Game(["e2e4"], 1900, 1150)]
+    logits = maia_anchor_logits(maia, games)
+    assert logits.shape == (2, 1968)
+    assert (logits[0] > -1e8).sum() == 20 and (logits[1] > -1e8).sum() == 20
+    p = np.exp(logits[0] - logits[0].max())
+    p /= p.sum()
+    assert p[vocab.MOVE_TO_ID["e2e4"]] == pytest.approx(0.6606, abs=1e-3)  # maia-1100 (mover 1100)

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from allie_jax import vocab
+from allie_jax.baselines import lc0_moves
 from allie_jax.baselines.eval_systems import vocab_policy
 from allie_jax.baselines.lc0_planes import GameEncoder
 from allie_jax.baselines.maia import MaiaSet, load_maia, nearest_rating
@@ -168,3 +169,30 @@ class MaiaPlayer:
             policy={vocab.MOVES[int(i)]: float(q) for i, q in zip(ids, p, strict=True) if q > 1e-4},
             note=f"maia-{rating}",
         )
+
+
+def maia_anchor_logits(maia: MaiaSet, games: Sequence[Game], elo: int | None = None) -> np.ndarray:
+    """float32 ``[n, 1968]``: Maia's logits over the vocabulary (−1e9 off the legal moves) for the
+    position at the end of each game, from the network nearest ``elo`` (None: the mover's rating).
+
+    This is the human anchor for Allie's own search: ``Searcher.run(games, rng,
+    anchor_logits=maia_anchor_logits(...))`` keeps Allie's prior in the tree and regularises the
+    final policy towards Maia (piKL's prior ≠ anchor).
+    """
+    from allie_jax.baselines.eval_systems import mover_rating
+
+    out = np.full((len(games), vocab.NUM_MOVES), -1e9, np.float32)
+    by_net: dict[int, list[int]] = {}
+    for i, g in enumerate(games):
+        rating = elo if elo is not None else mover_rating(g, len(g.moves))
+        by_net.setdefault(nearest_rating(rating, maia.ratings), []).append(i)
+    for rating, rows in by_net.items():
+        planes = np.stack([GameEncoder(games[i].moves).encode(len(games[i].moves)) for i in rows])
+        pol, _ = maia.predictor(rating)(planes)
+        for j, i in enumerate(rows):
+            board = chess.Board()
+            for uci in games[i].moves:
+                board.push_uci(uci)
+            for move in board.legal_moves:
+                out[i, vocab.MOVE_TO_ID[move.uci()]] = pol[j, lc0_moves.lc0_move_index(board, move)]
+    return out
