@@ -75,7 +75,7 @@ def test_kl_limits_and_mate(nets, mode):
 
 def test_finished_game_is_refused(nets):
     fools_mate = ["f2f3", "e7e5", "g2g4", "d8h4"]
-    with pytest.raises(ValueError, match="position 0 is a finished game"):
+    with pytest.raises(ValueError, match="position 0 has no legal move"):
         MaiaSearcher(nets[0], MaiaSearchConfig(num_simulations=2), batch_size=2).run(
             [fools_mate], jax.random.key(0)
         )

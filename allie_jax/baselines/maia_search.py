@@ -269,7 +269,9 @@ class MaiaSearcher:
         lengths = np.asarray([len(m) for m in games], np.int32)
         state = rules.replay(jnp.asarray(ids), jnp.asarray(lengths))
         legal = rules.legal_mask(state)
-        done, _ = rules.outcome(state, legal)
+        # A root is searched whenever it has a legal move: a human may play on in a position the
+        # rules would let them claim as drawn (threefold, 50 moves); inside the tree those end.
+        done = ~legal.any(axis=-1)
         return Node(state, jnp.asarray(boards), jnp.asarray(rep), jnp.asarray(valid), legal, done)
 
     def run(self, games: Sequence[Sequence[str]], rng: jax.Array) -> MaiaSearchOutput:
@@ -282,7 +284,7 @@ class MaiaSearcher:
             root = self.roots(padded)
             if bool(np.asarray(root.done[:n]).any()):
                 bad = int(np.argmax(np.asarray(root.done[:n])))
-                raise ValueError(f"maia search: position {start + bad} is a finished game")
+                raise ValueError(f"maia search: position {start + bad} has no legal move")
             res = _jit_search(
                 self.prior_net, self.anchor_net, root, jax.random.fold_in(rng, start), self.config
             )
