@@ -15,7 +15,7 @@ what the feed costs. ``--baseline`` adds the textbook Flax NNX loop (``nnx.Optim
 
     python bench/train.py [--sizes tiny,allie_124m] [--batch 8] [--seq_len 512] [--steps 3]
         [--rounds 5] [--workers 0] [--pipeline_batches 16] [--data_dir DIR] [--dtype float32]
-        [--baseline]
+        [--grad_accum 1] [--attention_impl auto] [--remat none] [--baseline]
 
 Without ``--data_dir`` the bundled sample games are prepared into a temporary directory.
 """
@@ -122,6 +122,9 @@ def bench_size(name: str, args, data_dir: str) -> dict:
     config.model.dtype = args.dtype
     config.model.dropout = 0.1
     config.train.batch_size = args.batch
+    config.train.grad_accum = args.grad_accum
+    config.model.attention_impl = args.attention_impl
+    config.model.remat = args.remat
     config.data.seq_len = args.seq_len
     mesh = shd.make_mesh((-1, 1, 1))
     trainer = build_trainer(config, model_config_from(config), mesh)
@@ -165,6 +168,7 @@ def bench_size(name: str, args, data_dir: str) -> dict:
         "real_over_step": statistics.median(s / r for s, r in zip(step, real, strict=True)),
         "mfu": flops * tokens / statistics.median(step) / (peak * jax.device_count()),
         "peak_known": known,
+        "attention": mc.resolved_attention_impl(jax.default_backend()),
     }
     if args.baseline:
         base = time_baseline(config, synthetic_batch(args.batch, args.seq_len), args.steps)
@@ -188,6 +192,9 @@ def main() -> None:
     )
     parser.add_argument("--data_dir", default="", help="prepared shards (default: the sample)")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--grad_accum", type=int, default=1, help="micro-batches per step")
+    parser.add_argument("--attention_impl", default="auto", help="auto | xla | cudnn | splash")
+    parser.add_argument("--remat", default="none", help="none | dots_saveable | full")
     parser.add_argument("--baseline", action="store_true")
     args = parser.parse_args()
     data_dir = args.data_dir or prepared_sample()
@@ -205,7 +212,9 @@ def main() -> None:
             f"{r['pipeline_tokens_per_s']:9.0f} tok/s/process  step {r['step_tokens_per_s']:9.0f} "
             f"tok/s  pipeline/step {r['ratio']:.2f}x ({lo:.2f}-{hi:.2f})  real path "
             f"{r['real_tokens_per_s']:9.0f} tok/s ({100 * r['real_over_step']:.0f}% of step)  "
-            f"MFU {100 * r['mfu']:.1f}%" + ("" if r["peak_known"] else " (nominal CPU peak)")
+            f"MFU {100 * r['mfu']:.1f}%"
+            + ("" if r["peak_known"] else " (nominal CPU peak)")
+            + f"  attention {r['attention']}"
         )
         if "baseline_tokens_per_s" in r:
             print(
