@@ -70,7 +70,7 @@ def test_uci_on_best_pt_exits_with_one_line(best_pt):
         capture_output=True,
         text=True,
         input="uci\nquit\n",
-        timeout=120,
+        timeout=300,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == ""
@@ -119,7 +119,7 @@ def test_evaluate_cli_junk_input_exits_nonzero_without_traceback(checkpoint, tmp
     junk.write_bytes(b"this is not zstandard" * 20)
     cmd = [sys.executable, "-m", "launch.evaluate", "--checkpoint", str(checkpoint)]
     cmd += ["--games", str(junk), "--output", str(tmp_path / "out"), "--noplots"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("launch.evaluate: error: cannot read")

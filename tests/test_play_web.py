@@ -29,7 +29,12 @@ pytestmark = pytest.mark.xdist_group("play_web")  # one worker compiles the mode
 
 @pytest.fixture(scope="module")
 def allie() -> Allie:
-    return Allie(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)))
+    """A tiny untrained model, compiled here so no timed wait below includes compilation."""
+    from allie_jax.game import Game
+
+    allie = Allie(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)))
+    allie.play([Game(moves=["e2e4"], white_elo=1500, black_elo=1500)], "policy")
+    return allie
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +50,7 @@ def server(allie):
 
 def _request(server, method: str, path: str, body=None, raw: bytes | None = None):
     host, port = server.server_address[:2]
-    conn = http.client.HTTPConnection(host, port, timeout=120)
+    conn = http.client.HTTPConnection(host, port, timeout=300)
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
     resp = conn.getresponse()
@@ -125,7 +130,8 @@ def test_promotion_without_its_piece_is_explained():
 
 # ------------------------------------------------------------------ HTTP: a game
 def test_a_game_through_the_api_with_the_real_model(server):
-    state = _new(server, human_colour="black", engine_elo=1800, human_elo=1200, base_s=60)
+    # a long clock: the first engine move includes compiling the model (slow on a loaded CI box)
+    state = _new(server, human_colour="black", engine_elo=1800, human_elo=1200, base_s=3600)
     gid = state["id"]
     assert state["engine_to_move"] and state["moves"] == []
     board = chess.Board()
@@ -139,7 +145,7 @@ def test_a_game_through_the_api_with_the_real_model(server):
         assert info["uci"] == engine_uci and info["san"] == state["san"][-1]
         assert info["predicted_think_s"] >= 0 and -1 <= info["value_white"] <= 1
         assert 1 <= len(info["top_moves"]) <= 3
-        assert state["clocks"]["white"] <= 60 + 3 * 3  # charged, plus at most 3 increments
+        assert state["clocks"]["white"] <= 3600 + 3 * 3  # charged, plus at most 3 increments
         reply = sorted(state["legal_moves"])[0]
         assert sorted(state["legal_moves"]) == sorted(m.uci() for m in board.legal_moves)
         got, state, _ = _request(server, "POST", "/api/move", {"id": gid, "uci": reply})
@@ -157,7 +163,7 @@ def test_a_game_through_the_api_with_the_real_model(server):
     assert [m.uci() for m in game.mainline_moves()] == [m.uci() for m in board.move_stack]
     h = game.headers
     assert (h["White"], h["WhiteElo"], h["BlackElo"]) == ("Allie (policy, 1800)", "1800", "1200")
-    assert (h["Result"], h["TimeControl"]) == ("1-0", "60+3")
+    assert (h["Result"], h["TimeControl"]) == ("1-0", "3600+3")
     first = game.next()
     assert first.clock() is not None and "predicted" in first.comment
 
@@ -258,11 +264,11 @@ def test_play_three_moves_in_chromium(server, tmp_path):
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(url)
-        page.wait_for_selector("body[data-status=ready]", timeout=30_000)
+        page.wait_for_selector("body[data-status=ready]", timeout=60_000)
         page.select_option("select[name=mode]", "policy")
         page.fill("input[name=engine_elo]", "1700")
         page.click("#new-game")
-        page.wait_for_selector("body[data-status=human]", timeout=30_000)
+        page.wait_for_selector("body[data-status=human]", timeout=60_000)
 
         def centre(name: str) -> tuple[float, float]:
             box = page.locator(f'#board rect[data-square="{name}"]').bounding_box()
@@ -289,8 +295,8 @@ def test_play_three_moves_in_chromium(server, tmp_path):
                 page.mouse.move((x0 + x1) / 2, (y0 + y1) / 2, steps=5)
                 page.mouse.move(x1, y1, steps=5)
                 page.mouse.up()
-            page.wait_for_selector(f"body[data-ply='{2 * ply + 2}']", timeout=60_000)
-            page.wait_for_selector("body[data-status=human]", timeout=60_000)
+            page.wait_for_selector(f"body[data-ply='{2 * ply + 2}']", timeout=180_000)
+            page.wait_for_selector("body[data-status=human]", timeout=180_000)
         state = page.evaluate("fetch('/api/state?id=' + currentId()).then(r => r.json())")
         assert len(state["moves"]) == 6
         replay = chess.Board()
@@ -318,7 +324,7 @@ def test_launch_play_bad_checkpoint_is_one_line(tmp_path):
 
     repo = pathlib.Path(__file__).resolve().parents[1]
     cmd = [sys.executable, "-m", "launch.play", "--checkpoint", str(tmp_path / "nope")]
-    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
