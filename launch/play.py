@@ -14,6 +14,9 @@ from absl import app, flags
 _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Model directory or training workdir.")
 _PORT = flags.DEFINE_integer("port", 8000, "Port to serve on (0 picks a free one).")
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind (0.0.0.0 exposes it).")
+_WARMUP = flags.DEFINE_list(
+    "warmup", ["policy", "adaptive"], "Modes compiled before serving (not on the engine's clock)."
+)
 
 
 def main(argv: list[str]) -> None:
@@ -22,7 +25,7 @@ def main(argv: list[str]) -> None:
 
     print(f"loading {_CHECKPOINT.value} ...", flush=True)
     try:
-        play_app = load_app(_CHECKPOINT.value)
+        play_app = load_app(_CHECKPOINT.value, warmup_modes=tuple(_WARMUP.value))
     except (OSError, ValueError) as err:  # missing / unreadable checkpoint: one line
         print(f"launch.play: error: {err}", file=sys.stderr)
         sys.exit(1)

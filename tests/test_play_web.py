@@ -329,3 +329,14 @@ def test_launch_play_bad_checkpoint_is_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("launch.play: error:") and "nope" in last
+
+
+def test_load_app_from_a_checkpoint_dir(allie, tmp_path):
+    from allie_jax.engine.web import load_app
+    from allie_jax.model.checkpoint import save_model
+
+    path = save_model(allie.model, tmp_path / "model")
+    app = load_app(str(path), warmup_modes=())
+    assert app.info()["checkpoint"] == str(path)
+    with pytest.raises(ValueError, match="warm-up mode 'fast'"):
+        load_app(str(path), warmup_modes=("fast",))

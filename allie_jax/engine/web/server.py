@@ -253,8 +253,12 @@ def url_of(server: ThreadingHTTPServer) -> str:
     return f"http://{host}:{port}/"
 
 
-def load_app(checkpoint: str, *, warmup: bool = True) -> PlayApp:
-    """A ``PlayApp`` over ``Allie.load(checkpoint)``; ``warmup`` compiles the first move now."""
+def load_app(checkpoint: str, *, warmup_modes: tuple[str, ...] = ("policy", "adaptive")) -> PlayApp:
+    """A ``PlayApp`` over ``Allie.load(checkpoint)``.
+
+    ``warmup_modes`` are compiled now, so the engine's clock is not charged for compiling them
+    during the first game (the tree search takes a while on CPU); other modes compile on first use.
+    """
     from etils import epath
 
     from allie_jax.engine.api import Allie
@@ -262,8 +266,11 @@ def load_app(checkpoint: str, *, warmup: bool = True) -> PlayApp:
 
     path = epath.Path(checkpoint)
     allie = Allie.load(path)
-    if warmup:
-        allie.predict([Game(moves=[], white_elo=1500, black_elo=1500)])
+    for mode in warmup_modes:
+        if mode not in MODES:
+            raise ValueError(f"warm-up mode {mode!r}: expected one of {list(MODES)}")
+        print(f"compiling the {mode} mode (once) ...", flush=True)
+        allie.play([Game(moves=["e2e4"], white_elo=1500, black_elo=1500)], mode)
     return PlayApp(allie_player(allie), checkpoint=str(path))
 
 
