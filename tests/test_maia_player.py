@@ -54,3 +54,18 @@ def test_anchor_logits_for_allie_search():
     p = np.exp(logits[0] - logits[0].max())
     p /= p.sum()
     assert p[vocab.MOVE_TO_ID["e2e4"]] == pytest.approx(0.6606, abs=1e-3)  # maia-1100 (mover 1100)
+
+
+def test_match_between_two_maia_networks(tmp_path):
+    from allie_jax.engine.match import MatchConfig, parse_spec, run_match
+
+    d = str(maia_dir())
+    white, black = parse_spec(f"maia:{d}:policy:1100"), parse_spec(f"maia:{d}:policy:1900")
+    assert (white.kind, white.elo, black.elo) == ("maia", 1100, 1900)
+    cfg = MatchConfig(white=white, black=black, games=2, max_plies=12, time_control="180+2")
+    result = run_match(cfg, output=tmp_path / "m.pgn")
+    text = (tmp_path / "m.pgn").read_text()
+    assert text.count("[Event") == 2 and "maia-1100-policy" in text and "maia-1900-policy" in text
+    assert all(len(g.board.move_stack) >= 12 or g.result != "*" for g in result.games)
+    # Maia plays the argmax: the first game's opening is maia-1100's top move, e2e4
+    assert result.games[0].board.move_stack[0].uci() == "e2e4"

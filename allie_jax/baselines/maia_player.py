@@ -196,3 +196,34 @@ def maia_anchor_logits(maia: MaiaSet, games: Sequence[Game], elo: int | None = N
             for move in board.legal_moves:
                 out[i, vocab.MOVE_TO_ID[move.uci()]] = pol[j, lc0_moves.lc0_move_index(board, move)]
     return out
+
+
+class MaiaEngine:
+    """``Allie.play``-shaped front for the match runner: ``play(games, preset, rng)``.
+
+    Each game is answered by the network nearest the mover's own header rating (the match writes
+    the spec's Elo there, or the opponent's when the spec says ``auto``).
+    """
+
+    def __init__(self, maia_dir: str, **player_kwargs):
+        self.maia_dir = maia_dir
+        self.player_kwargs = player_kwargs
+        self._players: dict[str, MaiaPlayer] = {}
+
+    def play(self, games: Sequence[Game], preset: str, rng, **_overrides) -> list[Decision]:
+        if preset not in self._players:
+            self._players[preset] = MaiaPlayer(
+                MaiaSpec(self.maia_dir, preset, 1500), **self.player_kwargs
+            )
+        player = self._players[preset]
+        key = rng if isinstance(rng, jax.Array) else jax.random.key(int(rng))
+        out: list[Decision | None] = [None] * len(games)
+        by_rating: dict[int, list[int]] = {}
+        for i, g in enumerate(games):
+            own = g.white_elo if len(g.moves) % 2 == 0 else g.black_elo
+            by_rating.setdefault(nearest_rating(own or 1500, player.maia.ratings), []).append(i)
+        for rating, rows in by_rating.items():
+            player.spec = dataclasses.replace(player.spec, elo=rating)
+            for i, d in zip(rows, player.play([games[i] for i in rows], key), strict=True):
+                out[i] = d
+        return out  # type: ignore[return-value]

@@ -43,7 +43,7 @@ class PlayerSpec:
 
 
 def parse_spec(spec: str) -> PlayerSpec:
-    """``allie:CKPT:PRESET:ELO`` or ``uci:COMMAND[:Opt=val,Opt=val]``.
+    """``allie:CKPT:PRESET:ELO``, ``maia:DIR[:PRESET[:ELO]]`` or ``uci:COMMAND[:Opt=val,Opt=val]``.
 
     ELO may be ``auto`` (Allie plays at its opponent's rating, the paper's Allie-Policy setting).
     UCI options are sent with ``configure``; the lowercase keys ``name`` and ``elo`` are metadata
@@ -89,7 +89,12 @@ def parse_spec(spec: str) -> PlayerSpec:
             f"-{elo}" if elo else ""
         )
         return PlayerSpec("uci", name, elo, command=command, options=tuple(options))
-    raise ValueError(f"player spec {spec!r}: expected allie:... or uci:...")
+    if kind == "maia":  # maia:DIR[:PRESET[:ELO]] (issue 12: allie_jax.baselines.maia_player)
+        from allie_jax.baselines.maia_player import parse_maia_spec
+
+        m = parse_maia_spec(spec)
+        return PlayerSpec("maia", m.name, m.elo, checkpoint=m.maia_dir, preset=m.preset)
+    raise ValueError(f"player spec {spec!r}: expected allie:..., maia:... or uci:...")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,9 +203,9 @@ class _UciPool:
 def _header_elos(g: _LiveGame) -> tuple[int | None, int | None]:
     """Rating tokens for Allie's game header: its own (or the opponent's, if auto) and the other."""
     we, be = g.white.elo, g.black.elo
-    if g.white.kind == "allie" and we is None:
+    if g.white.kind in ("allie", "maia") and we is None:
         we = be
-    if g.black.kind == "allie" and be is None:
+    if g.black.kind in ("allie", "maia") and be is None:
         be = we
     return we, be
 
@@ -217,6 +222,10 @@ def run_match(
     for spec in (cfg.white, cfg.black):
         if spec.kind == "allie" and spec.checkpoint not in allies:
             allies[spec.checkpoint] = allie_loader(spec.checkpoint)
+        if spec.kind == "maia" and spec.checkpoint not in allies:  # same batched play() shape
+            from allie_jax.baselines.maia_player import MaiaEngine
+
+            allies[spec.checkpoint] = MaiaEngine(spec.checkpoint)
     pool = _UciPool()
     out_file = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
     pending = list(range(cfg.games))
@@ -254,7 +263,7 @@ def run_match(
             groups: dict[tuple[str, str], list[int]] = {}
             for slot, g in live.items():
                 spec = g.mover()
-                if spec.kind == "allie":
+                if spec.kind in ("allie", "maia"):
                     groups.setdefault((spec.checkpoint, spec.preset), []).append(slot)
             for (ckpt, preset), slots in groups.items():
                 games = []
