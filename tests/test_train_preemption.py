@@ -3,6 +3,9 @@
 SIGTERM reaches one process only. Both must stop at the same step (JAX's preemption sync point),
 save it (one checkpoint with both processes' data-iterator states), and exit 75 ("preempted,
 resumable") within 60 s; relaunching resumes to parameters equal bit for bit to a straight run.
+The runs use the multi-slice mesh path (``--config.mesh.dcn_data=2``: each process one DCN
+granule). Then one process tries to resume the two-process checkpoint: it stops at start saying
+how to continue, and continues with ``--config.train.restore_data_iterator=False``.
 The timings go to stdout (``pytest -s``) for bench/RESULTS.md.
 """
 
@@ -28,25 +31,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(workdir, data_dir, steps: int, log_dir) -> list[subprocess.Popen]:
-    port = _free_port()
+def _command(workdir, data_dir, steps: int) -> list[str]:
+    return [
+        sys.executable, "-m", "launch.train", "--config", "configs/tiny.py",
+        "--workdir", str(workdir), "--data_dir", str(data_dir),
+        f"--config.train.steps={steps}", "--config.train.decay_steps=1000",
+        "--config.train.checkpoint_every=100000", "--config.train.eval_every=100000",
+        "--config.train.log_every=1", "--config.train.batch_size=2",
+        "--config.data.seq_len=64", "--config.model.dropout=0.1",
+    ]  # fmt: skip
+
+
+def _env() -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
+    return env
+
+
+def _launch(workdir, data_dir, steps: int, log_dir) -> list[subprocess.Popen]:
+    port = _free_port()
     procs = []
     for pid in range(2):
-        cmd = [
-            sys.executable, "-m", "launch.train", "--config", "configs/tiny.py",
-            "--workdir", str(workdir), "--data_dir", str(data_dir),
-            f"--config.train.steps={steps}", "--config.train.decay_steps=1000",
-            "--config.train.checkpoint_every=100000", "--config.train.eval_every=100000",
-            "--config.train.log_every=1", "--config.train.batch_size=2",
-            "--config.data.seq_len=64", "--config.model.dropout=0.1",
+        cmd = _command(workdir, data_dir, steps) + [
+            "--config.mesh.data=1", "--config.mesh.dcn_data=2",
             "--config.distributed.initialize=True", "--config.distributed.cpu_collectives=gloo",
             f"--config.distributed.coordinator_address=localhost:{port}",
             "--config.distributed.num_processes=2", f"--config.distributed.process_id={pid}",
         ]  # fmt: skip
         out = open(log_dir / f"{workdir.name}.{pid}.log", "w")  # noqa: SIM115
-        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=out))
+        procs.append(subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=out, stderr=out))
     return procs
 
 
@@ -110,3 +123,21 @@ def test_two_processes_stop_at_one_step_and_resume_exactly(prepared_sample, tmp_
     assert len(a) == len(b) > 0
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
+
+    # One process cannot take over the two processes' data positions: it says so at start...
+    one = subprocess.run(
+        _command(preempted, prepared_sample, target + 1),
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert one.returncode == 1
+    assert "written by 2 processes and this job has 1" in one.stderr
+    assert "restore_data_iterator=False" in one.stderr
+    # ...and with the data stream restarted it continues from the saved model and optimizer.
+    one = subprocess.run(
+        _command(preempted, prepared_sample, target + 1)
+        + ["--config.train.restore_data_iterator=False"],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert f"resumed model and optimizer from step {target}" in one.stdout
+    assert f"trained to step {target + 1}" in one.stdout
