@@ -24,6 +24,7 @@ from etils import epath
 from flax import nnx
 
 from allie_jax.data import shards
+from allie_jax.data.paths import as_path
 from allie_jax.data.pipeline import make_iterator
 from allie_jax.model import AllieModel, ModelConfig, board_family
 from allie_jax.train import sharding as shd
@@ -102,7 +103,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     # prepare_data's DATA_DIR/train or a TFDS build; FileNotFoundError says what to run.
     shards.find_shards(config.data.data_dir, "train")
     gpt2 = gpt2_init_path(config)
-    if gpt2 and not epath.Path(gpt2).is_file():
+    if gpt2 and not as_path(gpt2).is_file():
         raise FileNotFoundError(f"config.model.init_from_gpt2 names a missing file: {gpt2}")
     train = config.train
     if train.batch_size % train.grad_accum:
@@ -309,7 +310,7 @@ def train_and_evaluate(
     """Train to ``config.train.steps`` (resuming from the workdir's latest checkpoint)."""
     _maybe_initialize_distributed(config)
     validate_config(config)
-    workdir = epath.Path(workdir)
+    workdir = as_path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     with library_logs_to_file(workdir) as log_file:
         return _train(config, workdir, str(log_file))

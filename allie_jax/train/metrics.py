@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from etils import epath
 
-from allie_jax.train.paths import is_remote
+from allie_jax.data.paths import as_path, is_remote
 
 # Dense bf16 peak FLOP/s per device (the figure MFU is measured against). CPU has no meaningful
 # peak; we fall back to a nominal one so the column is still filled (marked in the log).
@@ -85,7 +85,7 @@ class MetricsWriter:
         self._tb = None
         if not self.enabled:
             return
-        workdir = epath.Path(workdir)
+        workdir = as_path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         path = workdir / "metrics.jsonl"
         if is_remote(workdir):

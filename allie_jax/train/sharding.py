@@ -96,8 +96,10 @@ def mesh_from_config(mesh_config, devices: Sequence[jax.Device] | None = None) -
     ici = resolve_shape(
         (mesh_config.data, mesh_config.fsdp, mesh_config.tensor), len(devices) // math.prod(dcn)
     )
-    # Slices are found from device.slice_index (TPU); elsewhere each process is one granule.
-    process_is_granule = getattr(devices[0], "slice_index", None) is None
+    # Granules of the slow network: TPU slices (device.slice_index) where there are as many as
+    # asked for; otherwise processes (GPU hosts, CPU tests), whose devices share a fast network.
+    slices = {getattr(d, "slice_index", None) for d in devices}
+    process_is_granule = len(slices) != math.prod(dcn) or None in slices
     grid = mesh_utils.create_hybrid_device_mesh(
         ici, dcn, devices, process_is_granule=process_is_granule
     )
