@@ -86,13 +86,13 @@ def released_like(config: ModelConfig, seed: int = 0) -> RegressionHead:
     return RegressionHead(ControlToken(gpt2)).eval()
 
 
-def paired_models(size: str, seed: int = 0):
+def paired_models(size: str | ModelConfig, seed: int = 0):
     """(torch model, our AllieModel) with the same weights: saved as a released ``best.pt`` and
-    converted by our converter."""
-    config = ModelConfig.named(size, dropout=0.0)
+    converted by our converter. ``size``: a named size or a config."""
+    config = size if isinstance(size, ModelConfig) else ModelConfig.named(size, dropout=0.0)
     torch_model = released_like(config, seed)
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "best.pt"
         torch.save({"model": torch_model.state_dict()}, path)
-        ours = convert_released_allie(path, size=size, dropout=0.0)
+        ours = convert_released_allie(path, config=config)
     return torch_model, ours
