@@ -282,6 +282,15 @@ def _records_root(cfg: EvalConfig, output_dir) -> epath.Path:
     return epath.Path(tempfile.mkdtemp(prefix="allie-eval-records-"))
 
 
+def _rss_mib() -> int:
+    """Resident memory now (Linux; 0 elsewhere): the manifest logs it per chunk."""
+    try:
+        pages = int(pathlib.Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * resource.getpagesize() // 2**20
+
+
 def _load(checkpoint) -> tuple[object | None, str | None]:
     """The Allie model and the name the report shows for it (None: a run without Allie)."""
     if checkpoint is None:  # systems that need no Allie model (Maia): no policy pass
@@ -395,7 +404,7 @@ def evaluate(
                     chunk, systems, plan, chunk_index=index, top_k=cfg.top_k,
                     progress=cfg.progress,
                 )  # fmt: skip
-                store.commit_chunk(index, table, {**span, **info})
+                store.commit_chunk(index, table, {**span, **info, "rss_mib": _rss_mib()})
                 rate = table.num_rows / max(sum(info["timings_s"].values()), 1e-9)
                 logging.info("chunk %d: %d games, %.0f positions/s", index, len(chunk), rate)
             bar.update(len(chunk))
