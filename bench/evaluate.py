@@ -179,7 +179,17 @@ def main() -> None:
     parser.add_argument("--pgn", default=str(SAMPLE))
     parser.add_argument("--torch", action="store_true", help="compare with PyTorch (torch extra)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds for --torch")
+    parser.add_argument(
+        "--torch_threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads for --torch (1: on a loaded machine OpenMP barriers starve; 0: default)",
+    )
     args = parser.parse_args()
+    if args.torch and args.torch_threads > 0:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     if args.torch:
         print(json.dumps(run_torch(args), indent=2))
         return

@@ -88,7 +88,15 @@ def main() -> None:
     p.add_argument("--batches", type=int, nargs="+", default=[32])
     p.add_argument("--sims", type=int, default=50)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (1: on a loaded machine OpenMP barriers starve; 0: torch's default)",
+    )
     args = p.parse_args()
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
     MCTS, Game, UCITokenizer, ControlToken, RegressionHead = import_released(
         pathlib.Path(args.released)
     )
