@@ -13,7 +13,7 @@ import json
 
 from absl import app, flags
 
-_CHECKPOINTS = flags.DEFINE_list("checkpoints", [], "name=checkpoint pairs.")
+_CHECKPOINTS = flags.DEFINE_list("checkpoints", None, "name=checkpoint pairs.")
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "Prepared data (launch.prepare_data).")
 _SPLIT = flags.DEFINE_string("split", "test", "Split of --data_dir to score.")
 _GAMES = flags.DEFINE_string("games", None, "A PGN file instead of --data_dir.")
@@ -48,9 +48,9 @@ def main(argv):
         ][: _MAX_GAMES.value]
     else:
         raise app.UsageError("pass --data_dir or --games")
-    report = compare(pairs, games, baseline=baseline, rounds=_ROUNDS.value)
     out = epath.Path(_OUTPUT.value)
     out.mkdir(parents=True, exist_ok=True)
+    report = compare(pairs, games, baseline=baseline, rounds=_ROUNDS.value, cache_dir=out / "cache")
     (out / "board_compare.json").write_text(json.dumps(report, indent=2))
     text = markdown(report, baseline)
     (out / "board_compare.md").write_text(text + "\n")

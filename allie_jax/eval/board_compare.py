@@ -129,8 +129,17 @@ def compare(
     *,
     baseline: str,
     rounds: int = 5,
+    cache_dir=None,
 ) -> dict[str, Any]:
-    """Accuracies (game bootstrap) of every checkpoint, paired differences to ``baseline``."""
+    """Accuracies (game bootstrap) of every checkpoint, paired differences to ``baseline``.
+
+    ``cache_dir``: keep each model's per-position results there (keyed by name, checkpoint and
+    the number of positions), so a comparison can grow one model at a time.
+    """
+    import json
+
+    from etils import epath
+
     from allie_jax.engine.board import BoardForward, is_board_model
     from allie_jax.eval.stats import compare_systems
     from allie_jax.model.checkpoint import load_model
@@ -139,7 +148,22 @@ def compare(
     correct: dict[str, np.ndarray] = {}
     speed: dict[str, dict] = {}
     info: dict[str, dict] = {}
+    cache = epath.Path(cache_dir) if cache_dir else None
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
     for name, path in checkpoints.items():
+        entry = cache / f"{name}.json" if cache is not None else None
+        key = {"checkpoint": str(path), "positions": int(len(data.human))}
+        if entry is not None and entry.exists():
+            saved = json.loads(entry.read_text())
+            if saved["key"] == key:
+                for k, flags in saved["correct"].items():
+                    correct[k] = np.asarray(flags, bool)
+                info[name] = saved["info"]
+                if saved.get("speed"):
+                    speed[name] = saved["speed"]
+                continue
+        before = set(correct)
         model = load_model(path)
         if is_board_model(model):
             forward = BoardForward(model)
@@ -153,6 +177,10 @@ def compare(
         else:
             correct[name] = allie_predictions(model, data) == data.human
             info[name] = {"family": "allie", **model.config.to_dict()}
+        if entry is not None:
+            flags = {k: correct[k].astype(int).tolist() for k in set(correct) - before}
+            record = {"key": key, "correct": flags, "info": info[name], "speed": speed.get(name)}
+            entry.write_text(json.dumps(record))
     result = compare_systems(correct, data.game_ids, baseline=baseline)
     return {
         "games": len(games),
