@@ -95,11 +95,27 @@ class CausalScorer:
         elo_override: int | None = None,
         on_batch: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[int, PositionOutputs]]:
-        """(index into ``games``, outputs) for every game, in batch order (longest games first)."""
+        """(index into ``games``, outputs) for every game, in batch order (longest games first).
+
+        A batch only holds games of one padded length, so a game's numbers depend on the game
+        alone, not on which games share its batch: the same game scores the same bits in any
+        chunk or shard (a longer neighbour would pad it further, which moves float rounding).
+        """
         encoded = [game_tokens(g, self.max_len, elo_override=elo_override) for g in games]
         order = sorted(range(len(games)), key=lambda i: -len(encoded[i][0]))
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
+        batches: list[list[int]] = []
+        for i in order:
+            width = self.padded_len(len(encoded[i][0]))
+            last = batches[-1] if batches else None
+            if (
+                last
+                and len(last) < self.batch_size
+                and self.padded_len(len(encoded[last[0]][0])) == width
+            ):
+                last.append(i)
+            else:
+                batches.append([i])
+        for idx in batches:
             logp, value, time_s = self.run_rows([encoded[i][0] for i in idx])
             for b, i in enumerate(idx):
                 tokens, h = encoded[i]
