@@ -1,4 +1,5 @@
-"""Training on 8 fake CPU devices: padded validation, activation constraints, batch checks.
+"""Training on 8 fake CPU devices: padded validation, activation constraints, batch checks, and
+the TPU attention kernel (interpret mode) run per device under the mesh.
 
 One subprocess (the fake device count is fixed before JAX starts) runs every check and prints
 its findings as JSON; the figures (constraint count) are printed for bench/RESULTS.md.
@@ -82,6 +83,19 @@ WORKER = textwrap.dedent(
     out["validate"] = errors
     mesh = shd.mesh_from_config(config.mesh)
     out["mesh_from_config"] = [dict(mesh.shape), [str(t) for t in mesh.axis_types]]
+
+    # The TPU kernel (Pallas splash, interpret mode) per device under shard_map on (2, 2, 2).
+    import jax.numpy as jnp
+    from allie_jax.model import attention as A, sharding as msh
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(4, 128, 4, 16)), jnp.float32) for _ in range(3))
+    seg = np.ones((4, 128), np.int32); seg[0, 50:] = 2; seg[1, 100:] = 0
+    mesh = shd.make_mesh((2, 2, 2))
+    def splash(q, k, v, s):
+        with msh.activation_sharding(mesh, shd.LOGICAL_AXIS_RULES):
+            return A.splash_attention(q, k, v, s, interpret=True)
+    diff = jax.jit(splash)(q, k, v, jnp.asarray(seg)) - A.xla_attention(q, k, v, jnp.asarray(seg))
+    out["splash_222_max_diff"] = float(jnp.max(jnp.abs(diff)))
     print("RESULT" + json.dumps(out))
     """
 )
@@ -120,3 +134,4 @@ def test_eight_device_validation_constraints_and_batch_checks(prepared_sample):
     assert accum and "micro-batch" in accum  # 8 / 2 = 4 rows over 2 x 4 devices
     assert fits is None
     assert out["mesh_from_config"][0] == {"data": 2, "fsdp": 4, "tensor": 1}
+    assert out["splash_222_max_diff"] < 1e-5
