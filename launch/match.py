@@ -11,7 +11,13 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from allie_jax.engine.match import MatchConfig, calibration_markdown, parse_spec, run_match
+    from allie_jax.engine.match import (
+        MatchConfig,
+        calibration_markdown,
+        is_batched,
+        parse_spec,
+        run_match,
+    )
 
     p = argparse.ArgumentParser(
         prog="launch.match",
@@ -70,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         pts, w, d, lo = result.score(spec.name)
         print(f"{spec.name}: {pts:g}/{w + d + lo} (+{w} ={d} -{lo})")
     print("terminations: " + ", ".join(f"{k}: {v}" for k, v in result.terminations.items()))
-    systems = sorted({s.name for s in (cfg.white, cfg.black) if s.kind == "allie"})
+    systems = sorted({s.name for s in (cfg.white, cfg.black) if is_batched(s)})
     if systems:
         print(calibration_markdown(args.output, systems))
     print(f"PGN written to {args.output}")

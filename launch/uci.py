@@ -15,6 +15,12 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("ALLIE_CHECKPOINT"),
         help="model directory (config.json + params) or training workdir; env ALLIE_CHECKPOINT",
     )
+    parser.add_argument(
+        "--compile-cache",
+        default=None,
+        help="JAX persistent compilation cache directory (default: $ALLIE_JAX_CACHE_DIR or "
+        "~/.cache/allie_jax/jax); 'none' turns it off",
+    )
     args = parser.parse_args(argv)
     if not args.checkpoint:
         parser.error("--checkpoint DIR is required (or set ALLIE_CHECKPOINT)")
@@ -31,7 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 
     from allie_jax.engine.api import Allie
+    from allie_jax.engine.compile_cache import enable_compilation_cache
     from allie_jax.engine.uci import run_uci
+
+    if (args.compile_cache or "").lower() != "none":
+        try:
+            enable_compilation_cache(args.compile_cache)
+        except OSError as exc:  # the engine still works, it only compiles again next time
+            print(f"warning: {exc}; compiling without a persistent cache", file=sys.stderr)
 
     return run_uci(lambda: Allie.load(args.checkpoint))
 

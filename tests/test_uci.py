@@ -143,7 +143,7 @@ def test_fen_without_history_warns_and_uses_fen_moves():
     wait_for(lines, "bestmove")
     game, start, preset, overrides = allie.calls[-1]
     assert start == fen and game.moves == ["e1g1"]
-    assert preset == "search" and overrides["mean_sims"] == 10
+    assert preset == "adaptive" and overrides["budgets"] == [10]
 
 
 def test_infinite_waits_for_stop_and_isready_answers_while_thinking():
@@ -252,7 +252,8 @@ def test_simple_engine_plays_legal_moves(checkpoint):
                 board.push(result.move)
             else:
                 board.push(rng.choice(list(board.legal_moves)))
-        infos = engine.analyse(board, chess.engine.Limit(time=0.05), multipv=3)
+        # movetime is honoured (the engine answers by it): give the three lines time to come
+        infos = engine.analyse(board, chess.engine.Limit(time=1.0), multipv=3)
         assert len(infos) == 3
         assert all(i["pv"][0] in board.legal_moves for i in infos)
         assert len({i["pv"][0] for i in infos}) == 3

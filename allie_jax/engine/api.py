@@ -19,6 +19,7 @@ batch 1) can meet, so no move ever waits for the compiler.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import pathlib
@@ -224,6 +225,15 @@ class Allie:
             calls += 2
         return calls
 
+    @property
+    def search_stats(self) -> collections.Counter:
+        """``prefill_tokens``, ``simulations``, ``positions`` summed over this Allie's Searchers
+        (a move that reuses its game's KV cache adds only the new plies' tokens)."""
+        total: collections.Counter = collections.Counter()
+        for searcher in self._searchers.values():
+            total.update(getattr(searcher, "stats", {}))
+        return total
+
     # ------------------------------------------------------------------ predict
 
     def _raw(self, games: Sequence[Game], boards: Sequence[chess.Board]):
@@ -290,6 +300,7 @@ class Allie:
         deadline: float | None = None,
         should_stop: Callable[[], bool] | None = None,
         budgets: Sequence[int] | None = None,
+        progress: Callable[[int, list[str]], None] | None = None,
         **overrides: Any,
     ) -> list[Decision]:
         """Choose a move for each game under a preset name or a ``SearchConfig``.
@@ -302,7 +313,8 @@ class Allie:
 
         ``deadline`` (a ``time.monotonic()`` instant) and ``should_stop`` (polled) let a clock
         cut the search short: it runs in chunks and plays from the simulations it has.
-        ``budgets`` (one per game) replaces the preset's budget rule.
+        ``budgets`` (one per game) replaces the preset's budget rule; ``progress(sims, moves)``
+        hears each chunk's most visited moves (of the searched games, in their order).
         """
         games = list(games)
         if not games:
@@ -328,6 +340,7 @@ class Allie:
                     deadline=deadline,
                     should_stop=should_stop,
                     budgets=None if budgets is None else [budgets[i] for i in std],
+                    progress=progress,
                 )
             except ValueError as exc:  # a position the Searcher refuses: never lose the move
                 why = [w or f"(search refused: {exc})" for w in why]
@@ -356,8 +369,9 @@ class Allie:
         self, games: list[Game], config: Any, key: jax.Array, **clock: Any
     ) -> list[Decision]:
         searcher = self._searcher(config)
-        if clock.get("budgets") is None:
-            clock.pop("budgets", None)
+        for name in ("budgets", "progress"):
+            if clock.get(name) is None:
+                clock.pop(name, None)
         out = searcher.run(games, key, **clock)
         decisions = []
         for i in range(len(games)):

@@ -7,12 +7,20 @@ control straight from lichess-bot's game object.
 
 ``AllieBot`` holds the logic and does not import lichess-bot, so it is tested without it;
 ``AllieEngine`` (defined only when lichess-bot's ``lib.engine_wrapper`` is importable) is the thin
-``MinimalEngine`` subclass lichess-bot instantiates.
+``MinimalEngine`` subclass lichess-bot instantiates. lichess-bot's constructor signature changes
+(December 2025 added ``debug``), so ``AllieEngine`` passes whatever it is given to
+``MinimalEngine`` and only picks out the game; the UCI route (docs/lichess-bot.md) does not depend
+on lichess-bot's Python internals at all and is the stable one.
+
+lichess-bot builds an engine per game: the model is loaded and compiled once per process
+(``load_allie``), with JAX's persistent compilation cache on, and every move gets the clock's
+deadline, as the UCI engine's do.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import time
 from typing import Any
@@ -22,10 +30,24 @@ import chess.engine
 
 from allie_jax import vocab
 from allie_jax.engine.api import PRESETS, Allie
-from allie_jax.engine.pacing import Clock, remaining_wait
+from allie_jax.engine.pacing import Clock, remaining_wait, time_budget
 from allie_jax.game import Game
 
 DEFAULT_ELO = 1500
+
+
+@functools.cache
+def load_allie(checkpoint: str, mode: str) -> Allie:
+    """One loaded, compiled Allie per (checkpoint, mode) in this process, shared by all games."""
+    from allie_jax.engine.compile_cache import enable_compilation_cache
+
+    try:
+        enable_compilation_cache()
+    except OSError:  # compiling without a persistent cache still plays
+        pass
+    allie = Allie.load(checkpoint)
+    allie.warmup(mode, 1)
+    return allie
 
 
 def _seconds(x: Any) -> float | None:
@@ -58,7 +80,7 @@ class AllieBot:
         if allie is None:
             if not checkpoint:
                 raise ValueError("set homemade_options.checkpoint or ALLIE_CHECKPOINT")
-            allie = Allie.load(checkpoint)
+            allie = load_allie(str(checkpoint), self.mode)
         self.allie = allie
         self._moves = 0
 
@@ -92,10 +114,8 @@ class AllieBot:
         t0 = time.monotonic()
         g, fen = self.game_for(board, game)
         self._moves += 1
-        d = self.allie.play([g], self.mode, self.seed * 1_000_003 + self._moves, start_fens=[fen])[
-            0
-        ]
-        if self.human_pacing and time_limit is not None:
+        clock = Clock()
+        if time_limit is not None:
             white = board.turn == chess.WHITE
             clock = Clock(
                 time_left_s=_seconds(time_limit.white_clock if white else time_limit.black_clock),
@@ -103,6 +123,11 @@ class AllieBot:
                 or 0.0,
                 movetime_s=_seconds(time_limit.time),
             )
+        budget = time_budget(clock)
+        deadline = None if budget is None else t0 + budget
+        seed = self.seed * 1_000_003 + self._moves
+        d = self.allie.play([g], self.mode, seed, start_fens=[fen], deadline=deadline)[0]
+        if self.human_pacing:
             time.sleep(remaining_wait(d.think_time_s, clock, time.monotonic() - t0))
         value_stm = d.value if board.turn == chess.WHITE else -d.value
         info = {
@@ -130,10 +155,12 @@ if MinimalEngine is not None:
     class AllieEngine(MinimalEngine):  # type: ignore[misc, valid-type]
         """lichess-bot homemade engine; options come from ``homemade_options`` in config.yml."""
 
-        def __init__(self, commands, options, stderr, draw_or_resign, game=None, **popen_args):
-            super().__init__(commands, options, stderr, draw_or_resign, game, **popen_args)
+        def __init__(self, commands, options, stderr, draw_or_resign, *args, **kwargs):
+            # lichess-bot passes (..., game, debug, **popen_args) since December 2025 and
+            # (..., game, **popen_args) before: hand everything on, keep only the game
+            super().__init__(commands, options, stderr, draw_or_resign, *args, **kwargs)
             self.bot = AllieBot(dict(options or {}))
-            self.game = game
+            self.game = args[0] if args else kwargs.get("game")
 
         def search(self, board, time_limit, ponder, draw_offered, root_moves):
             return self.bot.choose(board, time_limit, self.game)

@@ -2,10 +2,18 @@
 
 Several games run at once; at every step the games where an Allie configuration is to move are
 answered by ONE ``Allie.play`` call per (checkpoint, preset), and the games where a UCI engine is
-to move run in parallel threads (one engine process per game slot). Clocks are simulated:
-Allie spends its predicted think time (bounded by the clock as the UCI engine's HumanPacing is,
-unless ``raw_think_times``), a UCI engine spends the wall time it took. Games end by the rules
-(python-chess, draws claimed at once), by Allie's resignation, on time, or at ``max_plies``.
+to move run in parallel threads (one engine process per game slot). Clocks are simulated, and
+both sides are charged by the same measure, the wall time that would pass: a UCI engine's is
+the time it took; Allie's is the larger of its batched call's time and its human-paced think
+time (the prediction bounded by the clock as the UCI engine's HumanPacing is; with
+``raw_think_times`` the raw prediction). Allie's search gets the clock's deadline as in the UCI
+engine. Every game has an id, so Allie's search keeps each game's KV cache between its moves.
+Games end by the rules (python-chess, draws claimed at once), by Allie's resignation, on time,
+or at ``max_plies``.
+
+Player specs are parsed by a small registry (``register_player_kind``): ``allie:`` and ``uci:``
+are built in; another model family registers its prefix with a parser and a loader of an object
+with Allie's batched ``play`` (e.g. ``maia:DIR[:preset[:elo]]``).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import dataclasses
 import datetime
 import pathlib
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,18 +31,29 @@ from typing import Any
 import chess
 import chess.engine
 import chess.pgn
+import jax
 
 from allie_jax import vocab
 from allie_jax.engine.api import PRESETS, Allie
-from allie_jax.engine.pacing import Clock, paced_time
+from allie_jax.engine.pacing import Clock, paced_time, time_budget
 from allie_jax.game import Game
+
+_COMPILE_S = [0.0]  # seconds JAX spent tracing and compiling in this process so far
+
+
+def _count_compile(event: str, seconds: float, **_: Any) -> None:
+    if event.startswith("/jax/core/compile/"):
+        _COMPILE_S[0] += seconds
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
 
 
 @dataclasses.dataclass(frozen=True)
 class PlayerSpec:
     """One side of a match: an Allie checkpoint with a preset, or a UCI engine command."""
 
-    kind: str  # "allie" | "uci"
+    kind: str  # "allie" | "uci" | a registered kind (``register_player_kind``)
     name: str  # the PGN name (and the calibration table's system name)
     elo: int | None  # the rating written to the PGN; for Allie also its own rating token
     checkpoint: str = ""
@@ -42,59 +62,104 @@ class PlayerSpec:
     options: tuple[tuple[str, str], ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class PlayerKind:
+    """How a spec prefix becomes a player: ``parse(spec)`` and, for batched players (played in
+    one ``play(games, preset, rng)`` call per step, like ``Allie``), ``load(checkpoint)``."""
+
+    parse: Callable[[str], PlayerSpec]
+    load: Callable[[str], Any] | None = None  # None: a UCI engine process per game slot
+
+
+PLAYER_KINDS: dict[str, PlayerKind] = {}
+
+
+def register_player_kind(
+    kind: str, parse: Callable[[str], PlayerSpec], load: Callable[[str], Any] | None = None
+) -> None:
+    """Make ``KIND:...`` specs parse with ``parse(spec)`` (returning ``PlayerSpec(kind=KIND)``)
+    and load their checkpoint with ``load(checkpoint)`` (an object with Allie's batched
+    ``play``; None for UCI-like players)."""
+    PLAYER_KINDS[kind] = PlayerKind(parse, load)
+
+
 def parse_spec(spec: str) -> PlayerSpec:
-    """``allie:CKPT:PRESET:ELO``, ``maia:DIR[:PRESET[:ELO]]`` or ``uci:COMMAND[:Opt=val,Opt=val]``.
+    """``allie:CKPT:PRESET:ELO``, ``uci:COMMAND[:Opt=val,Opt=val]``, or a registered kind.
 
     ELO may be ``auto`` (Allie plays at its opponent's rating, the paper's Allie-Policy setting).
     UCI options are sent with ``configure``; the lowercase keys ``name`` and ``elo`` are metadata
     for the PGN only. A UCI engine's PGN rating is ``elo`` or else its ``UCI_Elo``.
     """
-    kind, _, rest = spec.partition(":")
-    if kind == "allie":
-        parts = rest.rsplit(":", 2)
-        if len(parts) != 3 or not parts[0]:
-            raise ValueError(f"allie spec {spec!r}: expected allie:CKPT_DIR:PRESET:ELO")
-        ckpt, preset, elo_text = parts
-        if preset not in PRESETS:
-            raise ValueError(f"allie spec {spec!r}: preset {preset!r} not in {PRESETS}")
-        if elo_text == "auto":
-            elo = None
-        else:
-            try:
-                elo = int(elo_text)
-            except ValueError:
-                raise ValueError(f"allie spec {spec!r}: Elo {elo_text!r} is not a number") from None
-            if not vocab.MIN_ELO <= elo <= vocab.MAX_ELO:
-                raise ValueError(f"allie spec {spec!r}: Elo {elo} outside [500, 3000]")
-        name = f"allie-{pathlib.Path(ckpt).name}-{preset}-{elo_text}"
-        return PlayerSpec("allie", name, elo, checkpoint=ckpt, preset=preset)
-    if kind == "uci":
-        if not rest:
-            raise ValueError(f"uci spec {spec!r}: expected uci:COMMAND[:Opt=val,...]")
-        command, _, opt_text = rest.partition(":")
-        options: list[tuple[str, str]] = []
-        meta: dict[str, str] = {}
-        for item in filter(None, (x.strip() for x in opt_text.split(","))):
-            key, eq, value = item.partition("=")
-            if not eq or not key:
-                raise ValueError(f"uci spec {spec!r}: option {item!r} is not Name=value")
-            (
-                meta.__setitem__(key, value)
-                if key in ("name", "elo")
-                else options.append((key, value))
-            )
-        elo_text = meta.get("elo") or dict(options).get("UCI_Elo")
-        elo = int(elo_text) if elo_text else None
-        name = meta.get("name") or pathlib.Path(command.split()[0]).name + (
-            f"-{elo}" if elo else ""
-        )
-        return PlayerSpec("uci", name, elo, command=command, options=tuple(options))
-    if kind == "maia":  # maia:DIR[:PRESET[:ELO]] (issue 12: allie_jax.baselines.maia_player)
-        from allie_jax.baselines.maia_player import parse_maia_spec
+    kind = spec.partition(":")[0]
+    entry = PLAYER_KINDS.get(kind)
+    if entry is None:
+        known = " or ".join(f"{k}:..." for k in PLAYER_KINDS)
+        raise ValueError(f"player spec {spec!r}: expected {known}")
+    return entry.parse(spec)
 
-        m = parse_maia_spec(spec)
-        return PlayerSpec("maia", m.name, m.elo, checkpoint=m.maia_dir, preset=m.preset)
-    raise ValueError(f"player spec {spec!r}: expected allie:..., maia:... or uci:...")
+
+def _parse_allie(spec: str) -> PlayerSpec:
+    rest = spec.partition(":")[2]
+    parts = rest.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0]:
+        raise ValueError(f"allie spec {spec!r}: expected allie:CKPT_DIR:PRESET:ELO")
+    ckpt, preset, elo_text = parts
+    if preset not in PRESETS:
+        raise ValueError(f"allie spec {spec!r}: preset {preset!r} not in {PRESETS}")
+    if elo_text == "auto":
+        elo = None
+    else:
+        try:
+            elo = int(elo_text)
+        except ValueError:
+            raise ValueError(f"allie spec {spec!r}: Elo {elo_text!r} is not a number") from None
+        if not vocab.MIN_ELO <= elo <= vocab.MAX_ELO:
+            raise ValueError(f"allie spec {spec!r}: Elo {elo} outside [500, 3000]")
+    name = f"allie-{pathlib.Path(ckpt).name}-{preset}-{elo_text}"
+    return PlayerSpec("allie", name, elo, checkpoint=ckpt, preset=preset)
+
+
+def _parse_uci(spec: str) -> PlayerSpec:
+    rest = spec.partition(":")[2]
+    if not rest:
+        raise ValueError(f"uci spec {spec!r}: expected uci:COMMAND[:Opt=val,...]")
+    command, _, opt_text = rest.partition(":")
+    options: list[tuple[str, str]] = []
+    meta: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in opt_text.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"uci spec {spec!r}: option {item!r} is not Name=value")
+        (meta.__setitem__(key, value) if key in ("name", "elo") else options.append((key, value)))
+    elo_text = meta.get("elo") or dict(options).get("UCI_Elo")
+    elo = int(elo_text) if elo_text else None
+    name = meta.get("name") or pathlib.Path(command.split()[0]).name + (f"-{elo}" if elo else "")
+    return PlayerSpec("uci", name, elo, command=command, options=tuple(options))
+
+
+def _parse_maia(spec: str) -> PlayerSpec:
+    """``maia:DIR[:PRESET[:ELO]]`` (issue 12: ``allie_jax.baselines.maia_player``)."""
+    from allie_jax.baselines.maia_player import parse_maia_spec
+
+    m = parse_maia_spec(spec)
+    return PlayerSpec("maia", m.name, m.elo, checkpoint=m.maia_dir, preset=m.preset)
+
+
+def _load_maia(maia_dir: str) -> Any:
+    from allie_jax.baselines.maia_player import MaiaEngine  # the same batched play() shape
+
+    return MaiaEngine(maia_dir)
+
+
+register_player_kind("allie", _parse_allie, Allie.load)
+register_player_kind("maia", _parse_maia, _load_maia)
+register_player_kind("uci", _parse_uci)
+
+
+def is_batched(spec: PlayerSpec) -> bool:
+    """True for players answered in batches (Allie and registered model families)."""
+    entry = PLAYER_KINDS.get(spec.kind)
+    return entry is not None and entry.load is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +202,7 @@ class _LiveGame:
     clock_after: list[float] = dataclasses.field(default_factory=list)
     result: str = "*"
     termination: str = ""
+    game_id: str = ""  # Allie's search keeps this game's KV cache under it
 
     def mover(self) -> PlayerSpec:
         return self.white if self.board.turn == chess.WHITE else self.black
@@ -203,9 +269,9 @@ class _UciPool:
 def _header_elos(g: _LiveGame) -> tuple[int | None, int | None]:
     """Rating tokens for Allie's game header: its own (or the opponent's, if auto) and the other."""
     we, be = g.white.elo, g.black.elo
-    if g.white.kind in ("allie", "maia") and we is None:
+    if is_batched(g.white) and we is None:
         we = be
-    if g.black.kind in ("allie", "maia") and be is None:
+    if is_batched(g.black) and be is None:
         be = we
     return we, be
 
@@ -217,15 +283,17 @@ def run_match(
     allie_loader: Callable[[str], Allie] = Allie.load,
     log: Callable[[str], None] | None = None,
 ) -> MatchResult:
-    """Play ``cfg.games`` games; write each finished game to ``output`` (PGN) as it ends."""
-    allies: dict[str, Allie] = {}
-    for spec in (cfg.white, cfg.black):
-        if spec.kind == "allie" and spec.checkpoint not in allies:
-            allies[spec.checkpoint] = allie_loader(spec.checkpoint)
-        if spec.kind == "maia" and spec.checkpoint not in allies:  # same batched play() shape
-            from allie_jax.baselines.maia_player import MaiaEngine
+    """Play ``cfg.games`` games; write each finished game to ``output`` (PGN) as it ends.
 
-            allies[spec.checkpoint] = MaiaEngine(spec.checkpoint)
+    ``log`` hears one line per finished game with the progress (games done, each side's score,
+    moves per second so far).
+    """
+    allies: dict[tuple[str, str], Any] = {}  # (kind, checkpoint) -> a batched player
+    for spec in (cfg.white, cfg.black):
+        if is_batched(spec) and (spec.kind, spec.checkpoint) not in allies:
+            load = allie_loader if spec.kind == "allie" else PLAYER_KINDS[spec.kind].load
+            allies[(spec.kind, spec.checkpoint)] = load(spec.checkpoint)
+    run_id = uuid.uuid4().hex[:8]
     pool = _UciPool()
     out_file = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
     pending = list(range(cfg.games))
@@ -238,7 +306,7 @@ def run_match(
     def start(slot: int) -> None:
         i = pending.pop(0)
         w, b = (cfg.black, cfg.white) if cfg.alternate and i % 2 else (cfg.white, cfg.black)
-        live[slot] = _LiveGame(i, w, b, clocks=[cfg.base_s, cfg.base_s])
+        live[slot] = _LiveGame(i, w, b, clocks=[cfg.base_s, cfg.base_s], game_id=f"{run_id}-{i}")
 
     def finish(slot: int) -> None:
         g = live.pop(slot)
@@ -248,8 +316,10 @@ def run_match(
             out_file.flush()
         if log:
             log(
-                f"game {g.index + 1}: {g.white.name} - {g.black.name} {g.result} ({g.termination}, {len(g.board.move_stack)} plies)"
+                f"game {g.index + 1}: {g.white.name} - {g.black.name} {g.result} "
+                f"({g.termination}, {len(g.board.move_stack)} plies)"
             )
+            log(progress_line(finished, cfg, time.monotonic() - t0))
         if pending:
             start(slot)
 
@@ -260,12 +330,12 @@ def run_match(
         while live:
             step += 1
             # Allie: one batched call per (checkpoint, preset)
-            groups: dict[tuple[str, str], list[int]] = {}
+            groups: dict[tuple[str, str, str], list[int]] = {}
             for slot, g in live.items():
                 spec = g.mover()
-                if spec.kind in ("allie", "maia"):
-                    groups.setdefault((spec.checkpoint, spec.preset), []).append(slot)
-            for (ckpt, preset), slots in groups.items():
+                if is_batched(spec):
+                    groups.setdefault((spec.kind, spec.checkpoint, spec.preset), []).append(slot)
+            for (kind, ckpt, preset), slots in groups.items():
                 games = []
                 for slot in slots:
                     g = live[slot]
@@ -276,9 +346,22 @@ def run_match(
                             white_elo=we,
                             black_elo=be,
                             time_control=cfg.time_control,
+                            game_id=g.game_id,
                         )
                     )
-                decisions = allies[ckpt].play(games, preset, cfg.seed * 1_000_003 + step)
+                # the batch answers by the tightest of its games' move limits (pacing rule)
+                budgets = [
+                    time_budget(Clock(live[s].clocks[_side(live[s])], cfg.inc_s)) for s in slots
+                ]
+                t_call, compile_s = time.monotonic(), _COMPILE_S[0]
+                decisions = allies[(kind, ckpt)].play(
+                    games,
+                    preset,
+                    cfg.seed * 1_000_003 + step,
+                    deadline=t_call + min(b for b in budgets if b is not None),
+                )
+                # compiling is not thinking: an engine compiles before its game (UCI isready)
+                call_s = time.monotonic() - t_call - (_COMPILE_S[0] - compile_s)
                 calls += 1
                 for slot, d in zip(slots, decisions, strict=True):
                     g = live[slot]
@@ -290,7 +373,8 @@ def run_match(
                     spent = d.think_time_s
                     if not cfg.raw_think_times:
                         spent = paced_time(spent, Clock(g.clocks[side], cfg.inc_s))
-                    _apply(g, chess.Move.from_uci(d.move), spent, cfg)
+                    # the same measure as a UCI engine's: the wall time that passes
+                    _apply(g, chess.Move.from_uci(d.move), max(spent, call_s), cfg)
             # UCI engines: in parallel, one process per game slot
             uci_slots = [s for s, g in live.items() if g.result == "*" and g.mover().kind == "uci"]
             futures = {s: threads.submit(_uci_move, pool, live[s], s, cfg) for s in uci_slots}
@@ -308,6 +392,27 @@ def run_match(
     terms = Counter(g.termination for g in finished)
     plies = sum(len(g.board.move_stack) for g in finished)
     return MatchResult(finished, plies, time.monotonic() - t0, calls, terms)
+
+
+def _side(g: _LiveGame) -> int:
+    return 0 if g.board.turn == chess.WHITE else 1
+
+
+def progress_line(finished: Sequence[_LiveGame], cfg: MatchConfig, wall_s: float) -> str:
+    """``[done/total] <white spec> a - b <black spec>, N plies, X moves/s`` (scores so far)."""
+    names = [cfg.white.name] + ([cfg.black.name] if cfg.black.name != cfg.white.name else [])
+    points = {n: 0.0 for n in names}
+    for g in finished:
+        if g.result == "1/2-1/2":
+            for n in {g.white.name, g.black.name}:
+                points[n] = points.get(n, 0.0) + 0.5
+        elif g.result in ("1-0", "0-1"):
+            winner = g.white.name if g.result == "1-0" else g.black.name
+            points[winner] = points.get(winner, 0.0) + 1.0
+    plies = sum(len(g.board.move_stack) for g in finished)
+    score = " - ".join(f"{n} {points[n]:g}" for n in names)
+    rate = plies / wall_s if wall_s > 0 else 0.0
+    return f"[{len(finished)}/{cfg.games}] {score}; {plies} plies, {rate:.1f} moves/s"
 
 
 def _uci_move(

@@ -3,9 +3,22 @@
 Design choices that matter to GUIs and bots:
 
 * ``uci`` is answered at once and the checkpoint loads in a background thread; ``isready`` waits
-  for it, so a GUI never times out on ``uci`` and ``go`` never races the load.
+  for it, so a GUI never times out on ``uci`` and ``go`` never races the load. ``isready`` then
+  compiles every shape the engine can meet under the current options (``Allie.warmup``; again
+  after options changed), so no move waits for the compiler.
+  With JAX's persistent compilation cache (``launch.uci`` turns it on) a second launch loads
+  them from disk.
 * ``go`` thinks in a worker thread, so ``isready`` and ``stop`` are answered while thinking.
-  ``bestmove`` is sent exactly once per ``go``.
+  ``bestmove`` is sent exactly once per ``go``. The clock gives the move a limit
+  (``pacing.time_budget``); the search runs in chunks and stops there with what it has, and
+  ``stop`` ends it within a chunk. Should the worker still not have answered shortly after the
+  limit (``pacing.answer_by``), or 50 ms after ``stop``, the engine answers a legal move itself.
+* Each game gets an id (a new one at ``ucinewgame`` or when ``position`` does not continue the
+  last one), so the search keeps the game's KV cache between moves and a move costs only the
+  plies added since the last one.
+* Allie's own rating: ``SelfElo`` if set, else ``UCI_Elo`` when ``UCI_LimitStrength`` is on
+  (the UCI convention: a GUI sending every default plays as Allie-Policy does, at the
+  opponent's rating), else the opponent's rating (``UCI_Opponent`` or ``OppoElo``).
 * The model reads the game, not a board: ``position startpos moves ...`` is encoded as the game so
   far. ``position fen F moves ...`` has no history, so the model reads only the moves after ``F``
   (behind the usual header) while the legal moves come from ``F`` (python-chess); an
@@ -20,7 +33,9 @@ Design choices that matter to GUIs and bots:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import os
 import sys
 import threading
 import time
@@ -31,12 +46,15 @@ import chess
 
 from allie_jax import vocab
 from allie_jax.engine.api import PRESETS, Allie, Decision
-from allie_jax.engine.pacing import Clock, remaining_wait
+from allie_jax.engine.pacing import Clock, answer_by, remaining_wait, time_budget
 from allie_jax.game import Game
 
 ENGINE_NAME = "Allie (allie-jax)"
 ENGINE_AUTHOR = "allie-jax authors (after Zhang et al., 2024)"
 DEFAULT_ELO = 1500
+STOP_ANSWER_S = 0.05  # after ``stop``, the engine answers itself if the search has not
+FINISH_S = 0.03  # the search stops this long before the move's limit (its last steps, output)
+_GAME_IDS = itertools.count(1)
 _BASES = (60, 120, 180, 240, 300, 360, 420)  # the initial times of the vocabulary's controls
 
 
@@ -45,6 +63,8 @@ class Options:
     """The engine's UCI options (mutable: ``setoption`` changes them between games)."""
 
     self_elo: int = 0  # 0: play at the opponent's rating (Allie-Policy's setting)
+    uci_elo: int = DEFAULT_ELO  # Allie's rating when limit_strength is on
+    limit_strength: bool = False  # UCI_LimitStrength: off = the opponent's rating
     oppo_elo: int = DEFAULT_ELO
     opponent_elo: int | None = None  # from UCI_Opponent, overrides oppo_elo when present
     mode: str = "adaptive"
@@ -81,7 +101,7 @@ def _check(field: str) -> Callable[[Options, str], None]:
 
 
 def _set_uci_elo(o: Options, raw: str) -> None:
-    _spin(vocab.MIN_ELO, vocab.MAX_ELO, "self_elo")(o, raw)
+    _spin(vocab.MIN_ELO, vocab.MAX_ELO, "uci_elo")(o, raw)
 
 
 def _set_mode(o: Options, raw: str) -> None:
@@ -114,6 +134,7 @@ def _valid_tc(tc: str) -> bool:
 
 
 OPTIONS: dict[str, tuple[str, Callable[[Options, str], None]]] = {
+    "UCI_LimitStrength": ("type check default false", _check("limit_strength")),
     "UCI_Elo": (
         f"type spin default {DEFAULT_ELO} min {vocab.MIN_ELO} max {vocab.MAX_ELO}",
         _set_uci_elo,
@@ -246,19 +267,31 @@ class UciHandler:
         self._load_error: str | None = None
         self._load_thread: threading.Thread | None = None
         self._think_thread: threading.Thread | None = None
+        self._workers: list[threading.Thread] = []  # every go's worker still running
+        self._model_lock = threading.Lock()  # one model call at a time (workers, warm-up)
+        self._warm: set[str] = set()  # the play settings compiled so far
         self._stop = threading.Event()
-        self._answered = threading.Event()  # set once the current go's bestmove is out
+        self._answer_lock = threading.Lock()
+        self._answered_go = 0  # the last go whose bestmove is out
         self.options = Options()
         self._position = _Position(None, [], chess.Board())
         self._tc: str | None = None  # inferred at the first go of a game
+        self._game_id = self._new_game_id()
         self._go_count = 0
+        self._go_position = self._position
+        self._interim: dict[int, tuple[int, str]] = {}  # go -> the search's best so far
         self.last_decision: Decision | None = None
+        self.warmup_s: float | None = None  # seconds the last warm-up took (None: none ran)
 
     # ------------------------------------------------------------ plumbing
 
     def send(self, line: str) -> None:
         with self._out_lock:
             self._write_raw(line)
+
+    @staticmethod
+    def _new_game_id() -> str:
+        return f"uci-{os.getpid()}-{next(_GAME_IDS)}"
 
     def _start_loading(self) -> None:
         if self._load_thread is None:
@@ -267,12 +300,22 @@ class UciHandler:
 
     def _load(self) -> None:
         try:
-            allie = self._loader()
-            if self._warmup:
-                allie.predict([Game(moves=[], white_elo=DEFAULT_ELO, black_elo=DEFAULT_ELO)])
-            self._allie = allie
+            self._allie = self._loader()
         except Exception as exc:  # the engine must keep answering; go reports the failure
+            self._allie = None
             self._load_error = f"{type(exc).__name__}: {exc}"
+
+    def _ensure_warm(self, allie: Allie) -> None:
+        """Compile every shape the current options can meet (once per distinct setting)."""
+        preset, overrides = self._play_settings()
+        key = repr((preset, sorted(overrides.items())))
+        if key in self._warm or not hasattr(allie, "warmup"):
+            return
+        t = time.monotonic()
+        with self._model_lock:
+            allie.warmup(preset, 1, **overrides)
+        self._warm.add(key)
+        self.warmup_s = time.monotonic() - t
 
     def _wait_model(self) -> Allie | None:
         self._start_loading()
@@ -283,8 +326,20 @@ class UciHandler:
     @property
     def thinking(self) -> bool:
         """True until this go's bestmove is sent (the worker may linger a moment after it)."""
-        alive = self._think_thread is not None and self._think_thread.is_alive()
-        return alive and not self._answered.is_set()
+        return self._answered_go < self._go_count
+
+    def _answer(self, go_index: int, move: str) -> bool:
+        """Send ``bestmove`` for go ``go_index`` unless it was answered already."""
+        with self._answer_lock:
+            if self._answered_go >= go_index:
+                return False
+            # answered before the line goes out: a GUI's next go may arrive the instant it does
+            self._answered_go = go_index
+            self.send(f"bestmove {move}")
+            return True
+
+    def _current(self, go_index: int) -> bool:
+        return self._answered_go < go_index
 
     # ------------------------------------------------------------ commands
 
@@ -314,9 +369,19 @@ class UciHandler:
         self._start_loading()
 
     def _cmd_isready(self, args: list[str]) -> None:
-        self._wait_model()
+        allie = self._wait_model()
         if self._load_error:
             self.send(f"info string error loading the model: {self._load_error}")
+        elif (
+            allie is not None
+            and self._warmup
+            and not self.thinking
+            and not self._model_lock.locked()
+        ):
+            try:  # options changed since the last compile: compile now, not during a move
+                self._ensure_warm(allie)
+            except Exception as exc:
+                self.send(f"info string could not compile ahead: {type(exc).__name__}: {exc}")
         self.send("readyok")
 
     def _cmd_setoption(self, args: list[str]) -> None:
@@ -341,6 +406,7 @@ class UciHandler:
     def _cmd_ucinewgame(self, args: list[str]) -> None:
         self._position = _Position(None, [], chess.Board())
         self._tc = None
+        self._game_id = self._new_game_id()
 
     def _cmd_position(self, args: list[str]) -> None:
         if not args:
@@ -386,6 +452,7 @@ class UciHandler:
         continues = old.start_fen == fen and ucis[: len(old.moves)] == old.moves
         if not continues:
             self._tc = None  # a different game: re-infer its time control at the next go
+            self._game_id = self._new_game_id()
         if fen is not None and (fen != old.start_fen or not continues):
             self.send(
                 "info string warning: no move history before the FEN; the model reads only the "
@@ -394,41 +461,82 @@ class UciHandler:
         self._position = _Position(fen, ucis, board)
 
     def _cmd_go(self, args: list[str]) -> None:
+        t0 = time.monotonic()
         if self.thinking:
             self.send("info string already thinking; go ignored")
             return
-        if self._think_thread is not None:  # answered already: let the worker finish
-            self._think_thread.join()
-            self._think_thread = None
         pos = self._position
         snapshot = _Position(pos.start_fen, list(pos.moves), pos.board.copy(stack=False))
+        self._stop.clear()
+        self._go_count += 1
+        go_index = self._go_count
+        self._go_position = snapshot
+        self._interim = {}
         try:
             params = GoParams.parse(args)
             game = self._game_for(snapshot, params)  # here, not in the worker: it sets self._tc
         except Exception as exc:  # every go must get a bestmove
             legal = next(iter(snapshot.board.legal_moves), None)
             self.send(f"info string error in go: {type(exc).__name__}: {exc}")
-            self.send(f"bestmove {legal.uci() if legal else '(none)'}")
+            self._answer(go_index, legal.uci() if legal else "(none)")
             return
-        self._stop.clear()
-        self._answered.clear()
-        self._go_count += 1
+        clock = params.clock(snapshot.board.turn == chess.WHITE)
         self._think_thread = threading.Thread(
             target=self._think,
-            args=(snapshot, game, params, self._go_count),
+            args=(snapshot, game, params, go_index, t0),
             name="allie-go",
             daemon=True,
         )
         self._think_thread.start()
+        self._workers = [t for t in self._workers if t.is_alive()] + [self._think_thread]
+        hard = answer_by(clock) if not params.infinite else None
+        if hard is not None:
+            timer = threading.Timer(
+                max(0.0, t0 + hard - time.monotonic()),
+                self._fallback,
+                args=(snapshot, go_index, "the move's time limit"),
+            )
+            timer.daemon = True
+            timer.start()
+
+    def _fallback(self, pos: _Position, go_index: int, why: str) -> None:
+        """Answer a legal move now if the worker has not (after ``stop`` or at the hard limit)."""
+        if not self._current(go_index):
+            return
+        legal = next(iter(pos.board.legal_moves), None)
+        move = legal.uci() if legal else "(none)"
+        sims, searched = self._interim.get(go_index, (0, None))
+        if searched is not None and chess.Move.from_uci(searched) in pos.board.legal_moves:
+            move, what = searched, f"the search's most visited move after {sims} simulations"
+        else:
+            what = "a legal move (no simulation finished yet)"
+        if self._answered_go < go_index:
+            self.send(f"info string answering at {why} with {what}")
+        self._answer(go_index, move)
 
     def _cmd_stop(self, args: list[str]) -> None:
         self._stop_thinking()
 
     def _stop_thinking(self) -> None:
+        """Stop the search: its bestmove comes within a chunk, else a legal move within 50 ms."""
         self._stop.set()
-        if self._think_thread is not None:
-            self._think_thread.join()
-            self._think_thread = None
+        thread, go_index = self._think_thread, self._go_count
+        if thread is None or not self.thinking:
+            return
+        end = time.monotonic() + STOP_ANSWER_S
+        while self.thinking and time.monotonic() < end:
+            thread.join(timeout=0.005)
+        if self.thinking:
+            self._fallback(self._go_position, go_index, "stop")
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Stop thinking and wait up to ``timeout`` s for the worker threads; True if they ended."""
+        self._stop_thinking()
+        end = time.monotonic() + timeout
+        threads = [t for t in [*self._workers, self._load_thread] if t is not None]
+        for thread in threads:
+            thread.join(max(0.0, end - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
 
     _COMMANDS: dict[str, Callable[[UciHandler, list[str]], None]] = {
         "uci": _cmd_uci,
@@ -442,11 +550,22 @@ class UciHandler:
 
     # ------------------------------------------------------------ thinking
 
-    def _elos(self, white_to_move: bool) -> tuple[int, int]:
+    def own_elo(self) -> tuple[int, str]:
+        """Allie's rating token and where it comes from (see the module docstring)."""
+        o = self.options
+        if o.self_elo:
+            return o.self_elo, "SelfElo"
+        if o.limit_strength:
+            return o.uci_elo, "UCI_Elo"
+        return self._opponent_elo(), "the opponent's rating"
+
+    def _opponent_elo(self) -> int:
         o = self.options
         oppo = o.opponent_elo if o.opponent_elo is not None else o.oppo_elo
-        oppo = min(max(oppo, vocab.MIN_ELO), vocab.MAX_ELO)
-        me = o.self_elo or oppo
+        return min(max(oppo, vocab.MIN_ELO), vocab.MAX_ELO)
+
+    def _elos(self, white_to_move: bool) -> tuple[int, int]:
+        me, oppo = self.own_elo()[0], self._opponent_elo()
         return (me, oppo) if white_to_move else (oppo, me)
 
     def _game_for(self, pos: _Position, params: GoParams) -> Game:
@@ -462,15 +581,24 @@ class UciHandler:
                     self._tc = infer_time_control(start, clock.increment_s)
             tc = self._tc
         we, be = self._elos(white)
-        return Game(moves=list(pos.moves), white_elo=we, black_elo=be, time_control=tc)
+        return Game(
+            moves=list(pos.moves),
+            white_elo=we,
+            black_elo=be,
+            time_control=tc,
+            game_id=self._game_id,
+        )
 
-    def _think(self, pos: _Position, game: Game, params: GoParams, go_index: int) -> None:
-        t0 = time.monotonic()
+    def _think(
+        self, pos: _Position, game: Game, params: GoParams, go_index: int, t0: float
+    ) -> None:
         bestmove = "(none)"
         try:
             legal = list(pos.board.legal_moves)
             if not legal:
-                self.send("info string no legal moves in this position")
+                outcome = pos.board.outcome()
+                why = outcome.termination.name.lower() if outcome else "no legal moves"
+                self.send(f"info string the game is over ({why}): no move to play")
                 return
             bestmove = legal[0].uci()  # a legal answer whatever happens below
             allie = self._wait_model()
@@ -479,41 +607,66 @@ class UciHandler:
                     f"info string model unavailable ({self._load_error}); playing a legal move"
                 )
                 return
-            decision, extra = self._decide(allie, pos, game, params, go_index)
+            clock = params.clock(pos.board.turn == chess.WHITE)
+            budget = None if params.infinite else time_budget(clock)
+            deadline = None if budget is None else t0 + max(0.0, budget - FINISH_S)
+            with self._model_lock:
+                if not self._current(go_index):
+                    return  # answered meanwhile (stop, time limit): nothing left to do
+                decision, extra = self._decide(allie, pos, game, params, go_index, deadline)
             bestmove = decision.move
+            if not self._current(go_index):
+                return
             self.last_decision = decision
             self._report(pos, decision, extra, time.monotonic() - t0)
             if decision.resigned and self.options.allow_resign:
                 self.send("info string resign")
             if self.options.human_pacing:
-                clock = params.clock(pos.board.turn == chess.WHITE)
                 self._stop.wait(remaining_wait(decision.think_time_s, clock, time.monotonic() - t0))
         except Exception as exc:
-            self.send(f"info string error while thinking: {type(exc).__name__}: {exc}")
+            if self._current(go_index):
+                self.send(f"info string error while thinking: {type(exc).__name__}: {exc}")
         finally:
             if params.infinite:
                 self._stop.wait()  # UCI: no bestmove before stop in infinite mode
-            # answered before the line goes out: a GUI's next go may arrive the instant it does
-            self._answered.set()
-            self.send(f"bestmove {bestmove}")
+            self._answer(go_index, bestmove)
 
-    def _decide(
-        self, allie: Allie, pos: _Position, game: Game, params: GoParams, go_index: int
-    ) -> tuple[Decision, list[tuple[str, float]]]:
+    def _play_settings(self) -> tuple[str, dict[str, Any]]:
+        """The preset and SearchConfig overrides the options ask for (warm-up and play agree)."""
         o = self.options
         preset = o.mode
         overrides: dict[str, Any] = {"temperature": o.temperature}
         if o.temperature <= 0:  # temperature 0 means argmax (SearchConfig wants T > 0)
             overrides = {"temperature": 1.0, "sampling": "argmax"}
-        if preset in ("search", "adaptive", "gumbel", "gumbel-adaptive"):
+        if preset not in ("policy", "greedy"):
             overrides["mean_sims"] = o.mean_sims
             overrides["max_sims"] = max(o.max_sims, o.mean_sims)
-            if params.nodes is not None and params.nodes > 0:
-                preset = "search"
-                overrides["mean_sims"] = overrides["max_sims"] = params.nodes
+        return preset, overrides
+
+    def _decide(
+        self,
+        allie: Allie,
+        pos: _Position,
+        game: Game,
+        params: GoParams,
+        go_index: int,
+        deadline: float | None = None,
+    ) -> tuple[Decision, list[tuple[str, float]]]:
+        o = self.options
+        preset, overrides = self._play_settings()
+        clock: dict[str, Any] = {
+            "deadline": deadline,
+            "should_stop": self._stop.is_set,
+            "progress": lambda sims, moves: self._interim.__setitem__(go_index, (sims, moves[0])),
+        }
+        if params.nodes is not None and params.nodes > 0 and preset not in ("policy", "greedy"):
+            clock["budgets"] = [min(params.nodes, overrides["max_sims"])]
         rng = (o.seed * 1_000_003 + go_index) % (2**31 - 1)
         fens = [pos.start_fen]
-        decision = allie.play([game], preset, rng, start_fens=fens, **overrides)[0]
+        if pos.board.is_game_over(claim_draw=False):  # a draw by rule, with legal moves left
+            decision = self._policy_move(allie, pos, game)
+        else:
+            decision = allie.play([game], preset, rng, start_fens=fens, **clock, **overrides)[0]
         extra: list[tuple[str, float]] = []
         if o.multipv > 1:
             ranked = sorted(decision.policy.items(), key=lambda kv: -kv[1])[: o.multipv]
@@ -522,6 +675,23 @@ class UciHandler:
             preds = allie.predict(children, start_fens=fens * len(children))
             extra = [(m, p.value_white) for (m, _), p in zip(ranked, preds, strict=True)]
         return decision, extra
+
+    def _policy_move(self, allie: Allie, pos: _Position, game: Game) -> Decision:
+        """The game is over by rule (e.g. insufficient material) yet ``go`` asks for a move: the
+        policy's most likely one, with a note instead of an error."""
+        outcome = pos.board.outcome(claim_draw=False)
+        why = outcome.termination.name.lower() if outcome else "over"
+        pred = allie.predict([game], start_fens=[pos.start_fen])[0]
+        move = max(pred.move_probs, key=pred.move_probs.get)
+        return Decision(
+            move=move,
+            think_time_s=pred.think_time_s,
+            value=pred.value_white,
+            resigned=False,
+            sims=0,
+            policy=pred.move_probs,
+            note=f"the game is over ({why}); the policy's most likely move",
+        )
 
     def _report(
         self, pos: _Position, d: Decision, extra: list[tuple[str, float]], elapsed: float
@@ -548,7 +718,7 @@ class UciHandler:
             self.send(" ".join(parts))
         self.send(
             f"info string think_time {d.think_time_s:.2f}s value_white {d.value:.3f} "
-            f"p_best {d.policy.get(d.move, 0.0):.3f}"
+            f"p_best {d.policy.get(d.move, 0.0):.3f} sims {d.sims}"
         )
 
 
@@ -569,4 +739,10 @@ def run_uci(
             break
     else:
         handler.handle("quit")
+    if not handler.close(timeout=5.0):
+        # a worker is still inside XLA (e.g. compiling): leave without tearing down under it,
+        # which would abort the process with a C++ error
+        stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0

@@ -72,7 +72,7 @@ _bucket = decision.bucket
 ENGINE_SHORT_WIDTH = (
     128  # fixed_shapes: games up to ~120 plies use this cache width, longer the model's
 )
-CHUNK_S = 0.04  # a chunked search checks its clock and ``stop`` about this often
+CHUNK_S = 0.025  # a chunked search checks its clock and ``stop`` about this often
 
 
 def row_buckets(batch: int, mode: str) -> tuple[int, ...]:
@@ -527,7 +527,14 @@ class Searcher:
                 k = k.at[:, i, :m].set(row.k[:, :m])
                 v = v.at[:, i, :m].set(row.v[:, :m])
             cache = KVCache(k, v, cache.length)
-        cache = KVCache(cache.k, cache.v, jnp.asarray(usable, jnp.int32))
+        # committed to one device whichever branch built it: jit's cache tells committed and
+        # uncommitted inputs apart, and warm-up must compile what a move will run
+        device = jax.devices()[0]
+        cache = KVCache(
+            jax.device_put(cache.k, device),
+            jax.device_put(cache.v, device),
+            jax.device_put(jnp.asarray(usable, jnp.int32), device),
+        )
         num_new = lengths - usable
         s = self._prefill_width(int(num_new.max()), width)
         new = np.full((b, s), vocab.PAD, np.int32)
@@ -566,6 +573,7 @@ class Searcher:
         should_stop: Callable[[], bool] | None = None,
         budgets: np.ndarray | Sequence[int] | None = None,
         anchor_logits: np.ndarray | None = None,
+        progress: Callable[[int, list[str]], None] | None = None,
     ) -> SearchOutput:
         """Choose a move for every game (each must have a legal move: no finished games).
 
@@ -573,6 +581,8 @@ class Searcher:
         chunks) make the search run in chunks of simulations and stop early with the tree it
         has; ``num_sims`` then reports the simulations each game actually got. ``budgets``
         replaces the preset's budget rule (UCI ``go nodes``), clipped to ``[0, max_sims]``.
+        ``progress(simulations, moves)`` is called after every chunk with each game's most
+        visited root move so far (a caller that must answer at once has a searched move).
 
         ``anchor_logits`` (float [len(games), 1968], logits or log-probabilities, −inf allowed;
         illegal moves are masked here) replaces the model's prior as the policy the final one
@@ -600,9 +610,8 @@ class Searcher:
         if len(finished):
             raise ValueError(f"games {finished.tolist()} are already over: nothing to search")
 
-        think = np.clip(
-            np.asarray(denormalize_think_time(root_out.time), np.float64), 0.0, cfg.max_think_time
-        )
+        root_time = np.asarray(root_out.time, np.float64)
+        think = np.clip(denormalize_think_time(root_time), 0.0, cfg.max_think_time)
         if budgets is None:
             sims = budget_lib.simulation_budgets(cfg, think)
         else:
@@ -621,6 +630,7 @@ class Searcher:
             deadline=deadline,
             should_stop=should_stop,
             anchor=anchor,
+            progress=progress,
         )
         self.stats["simulations"] += int(ran[:n].sum())
         self.stats["positions"] += n
@@ -652,6 +662,7 @@ class Searcher:
         deadline: float | None = None,
         should_stop: Callable[[], bool] | None = None,
         anchor: jax.Array | None = None,
+        progress: Callable[[int, list[str]], None] | None = None,
     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """The move of every row from its root: budget 0 → the policy, else the search.
 
@@ -719,6 +730,7 @@ class Searcher:
             buckets,
             deadline,
             should_stop,
+            progress,
         )
         ran_s = jnp.minimum(budgets_s, ran)
         res = _search_finish(
@@ -747,6 +759,7 @@ class Searcher:
         buckets,
         deadline,
         should_stop,
+        progress=None,
     ) -> int:
         """Run simulations 0..total − 1 in chunks of about ``CHUNK_S`` seconds, stopping early
         when ``should_stop()`` says so or the next chunk would end past ``deadline``.
@@ -779,6 +792,11 @@ class Searcher:
             )
             tree_ref[0] = jax.block_until_ready(tree)
             done += n
+            if progress is not None:  # each row's most visited root move, in the callers' order
+                visits = np.asarray(tree.children_visits[:, 0])
+                best = np.empty(len(visits), np.int64)
+                best[np.asarray(order)] = visits.argmax(-1)
+                progress(done, [vocab.decode_move(int(m)) for m in best])
             rate = n / max(time.monotonic() - t0, 1e-4)  # simulation steps per second
             chunk = max(1, int(rate * CHUNK_S))
             if deadline is not None:

@@ -1,0 +1,212 @@
+"""Play under a clock with a real (tiny) model: the engine's KV cache across moves, the deadline,
+``stop`` mid-search, compiling ahead at ``isready``, and a whole game against Stockfish."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+
+import chess
+import chess.engine
+import pytest
+from flax import nnx
+
+from allie_jax.engine.api import Allie
+from allie_jax.engine.pacing import Clock, answer_by, time_budget
+from allie_jax.engine.uci import UciHandler
+from allie_jax.game import Game, encode_game
+from allie_jax.model import AllieModel, ModelConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STOCKFISH = shutil.which("stockfish") or "/usr/games/stockfish"
+
+
+# one search setting for every test here, so its shapes compile once (go nodes N sets budgets)
+SEARCH = ("Mode value search", "MeanSims value 2000", "MaxSims value 2000")
+
+
+@pytest.fixture(scope="module")
+def allie() -> Allie:
+    # fixed shapes, as the UCI engine after warm-up: every go of a setting shares its programs
+    return Allie(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)), fixed_shapes=True)
+
+
+_HANDLERS: list[UciHandler] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_handlers():
+    yield
+    while _HANDLERS:  # no worker may outlive its test (it would run into interpreter exit)
+        assert _HANDLERS.pop().close(60)
+
+
+def handler(allie: Allie, *options: str) -> tuple[UciHandler, list[str]]:
+    lines: list[str] = []
+    h = UciHandler(lambda: allie, lines.append, warmup=False)
+    _HANDLERS.append(h)
+    for opt in options:
+        h.handle(f"setoption name {opt}")
+    return h, lines
+
+
+def go_and_wait(h: UciHandler, lines: list[str], go: str, timeout: float = 300.0) -> str:
+    n = sum(line.startswith("bestmove") for line in lines)
+    h.handle(go)
+    end = time.monotonic() + timeout
+    while sum(line.startswith("bestmove") for line in lines) <= n:
+        assert time.monotonic() < end, f"no bestmove for {go!r}: {lines[-5:]}"
+        time.sleep(0.002)
+    return [line for line in lines if line.startswith("bestmove")][-1].split()[1]
+
+
+def test_time_budget_is_a_bounded_share_of_the_clock():
+    assert time_budget(Clock()) is None
+    assert time_budget(Clock(10.0, 0.1)) == pytest.approx(2.6)
+    assert time_budget(Clock(2.0, 0.0)) == pytest.approx(0.5)
+    assert time_budget(Clock(0.8, 0.1)) == 0.0  # under the safety margin: play at once
+    assert time_budget(Clock(60.0, 1.0, movetime_s=0.5)) == pytest.approx(0.45)
+    for left in (0.3, 1.0, 5.0, 60.0):
+        hard = answer_by(Clock(left, 0.0))
+        assert time_budget(Clock(left, 0.0)) <= hard < left  # never the whole clock
+
+
+def test_uci_game_reuses_the_kv_cache(allie):
+    """Prefill tokens per move in a UCI game: the first go reads the header and the moves, each
+    later go only the two plies added since (fails without a game id: every move re-reads all)."""
+    h, lines = handler(allie, *SEARCH, "TimeControl value 60+1")
+    board, moves, spent = chess.Board(), [], []
+    for ply in range(8):
+        if ply % 2 == 0:  # the opponent's move
+            move = sorted(board.legal_moves, key=lambda m: m.uci())[ply % 3]
+            board.push(move)
+            moves.append(move.uci())
+            continue
+        h.handle("position startpos moves " + " ".join(moves))
+        before = allie.search_stats["prefill_tokens"]
+        best = go_and_wait(h, lines, "go nodes 4")
+        spent.append(allie.search_stats["prefill_tokens"] - before)
+        board.push_uci(best)
+        moves.append(best)
+    first = Game(moves=moves[:1], white_elo=1500, black_elo=1500, time_control="60+1")
+    header = len(encode_game(first, partial=True).tokens) - 1
+    assert spent == [header + 1, 2, 2, 2], spent
+    h.handle("ucinewgame")  # a new game is a new id: its first move reads everything again
+    h.handle("position startpos moves e2e4")
+    before = allie.search_stats["prefill_tokens"]
+    go_and_wait(h, lines, "go nodes 4")
+    assert allie.search_stats["prefill_tokens"] - before == header + 1
+
+
+def test_stop_mid_search_answers_within_100ms(allie):
+    h, lines = handler(allie, *SEARCH)
+    h.handle("position startpos moves e2e4")
+    go_and_wait(h, lines, "go nodes 2")  # compiles the 2001-node search outside the timing
+    h.handle("go")  # no limit: 2,000 simulations
+    time.sleep(0.3)
+    assert h.thinking
+    t = time.monotonic()
+    h.handle("stop")
+    elapsed = time.monotonic() - t
+    assert not h.thinking and elapsed < 0.1, elapsed
+    best = [line for line in lines if line.startswith("bestmove")][-1].split()[1]
+    assert (
+        chess.Move.from_uci(best)
+        in chess.Board("rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1").legal_moves
+    )
+    h.close(10)
+    # a searched move cut short of its budget: the search's own answer, or (on a slow host) its
+    # most visited move so far, which the engine answers with after 50 ms
+    early = [line for line in lines if line.startswith("info string answering")]
+    if early:
+        assert "most visited move" in early[-1], early
+    else:
+        assert 0 < h.last_decision.sims < 2000
+
+
+def test_deadline_cuts_the_search_short(allie):
+    h, lines = handler(allie, *SEARCH)
+    h.handle("position startpos moves e2e4")
+    go_and_wait(h, lines, "go nodes 2")
+    t = time.monotonic()
+    go_and_wait(h, lines, "go wtime 1400 btime 1400")  # budget = min(0.35, 0.4) s
+    elapsed = time.monotonic() - t
+    assert elapsed < 0.35 + 0.1, elapsed
+    assert not any(line.startswith("info string answering") for line in lines)
+    assert h.last_decision.sims < 2000
+
+
+def test_finished_game_answers_without_an_error_line(allie):
+    h, lines = handler(allie, "Mode value policy")
+    h.handle("position startpos moves f2f3 e7e5 g2g4 d8h4")  # mate
+    assert go_and_wait(h, lines, "go movetime 100") == "(none)"
+    h.handle("position fen 8/8/8/8/8/4k3/8/4K3 w - - 0 1")  # insufficient material
+    best = go_and_wait(h, lines, "go movetime 1000")
+    assert chess.Move.from_uci(best) in chess.Board("8/8/8/8/8/4k3/8/4K3 w - - 0 1").legal_moves
+    assert not any("error" in line for line in lines), lines
+
+
+def test_gui_sending_every_default_plays_at_the_opponents_rating(allie):
+    """UCI_Elo only counts with UCI_LimitStrength (the UCI convention): a GUI that sends every
+    option's default gets the engine's default behaviour, Allie at the opponent's rating."""
+    from allie_jax.engine.uci import OPTIONS
+
+    h, lines = handler(allie)
+    h.handle("uci")
+    for line in [x for x in lines if x.startswith("option name")]:
+        name, decl = line[len("option name ") :].split(" type ", 1)
+        if " default " in decl:
+            default = decl.split(" default ", 1)[1].split(" min ")[0].split(" var ")[0]
+            h.handle(f"setoption name {name} value {default}")
+    assert "UCI_LimitStrength" in OPTIONS
+    h.handle("setoption name OppoElo value 1900")
+    assert h.own_elo() == (1900, "the opponent's rating")
+    h.handle("setoption name UCI_LimitStrength value true")
+    h.handle("setoption name UCI_Elo value 1200")
+    assert h.own_elo() == (1200, "UCI_Elo")
+    h.handle("setoption name SelfElo value 2100")
+    assert h.own_elo() == (2100, "SelfElo")
+
+
+def test_lichess_bot_engine_accepts_current_and_older_signatures(allie, monkeypatch):
+    """lichess-bot calls ``Engine(commands, options, stderr, draw_or_resign, game, debug,
+    cwd=...)`` since December 2025 (``debug`` added), before that without ``debug``. A stand-in
+    ``lib.engine_wrapper.MinimalEngine`` with today's signature (lichess-bot bedd1d9) checks the
+    homemade class forwards both, and tolerates arguments added later."""
+    import importlib
+    import types
+
+    seen = []
+
+    class MinimalEngine:  # lichess-bot's __init__ (lib/engine_wrapper.py), arguments only
+        def __init__(self, commands, options, stderr, draw_or_resign, game, debug, **popen_args):
+            seen.append((game, debug, popen_args))
+
+    lib = types.ModuleType("lib")
+    wrapper = types.ModuleType("lib.engine_wrapper")
+    wrapper.MinimalEngine = MinimalEngine
+    monkeypatch.setitem(sys.modules, "lib", lib)
+    monkeypatch.setitem(sys.modules, "lib.engine_wrapper", wrapper)
+    from allie_jax.engine import lichess_bot
+
+    module = importlib.reload(lichess_bot)
+    try:
+        monkeypatch.setattr(module, "load_allie", lambda checkpoint, mode: allie)
+        game = types.SimpleNamespace(id="g1", opponent=types.SimpleNamespace(rating=1800))
+        opts = {"checkpoint": "unused", "mode": "policy", "human_pacing": False}
+        engine = module.AllieEngine(["x"], opts, None, {}, game, False, cwd="/tmp")
+        assert engine.game is game and seen[-1] == (game, False, {"cwd": "/tmp"})
+        board = chess.Board()
+        limit = chess.engine.Limit(white_clock=60, black_clock=60, white_inc=1, black_inc=1)
+        result = engine.search(board, limit, False, False, [])
+        assert result.move in board.legal_moves
+        with pytest.raises(TypeError):  # today's MinimalEngine needs ``debug``: passed through
+            module.AllieEngine(["x"], opts, None, {}, game)
+        wrapper.MinimalEngine.__init__ = lambda self, *a, **k: seen.append((a, k))
+        engine = module.AllieEngine(["x"], opts, None, {}, game, False, True, extra=1)
+        assert engine.game is game  # arguments a future lichess-bot adds pass through
+    finally:
+        monkeypatch.undo()
+        importlib.reload(lichess_bot)
