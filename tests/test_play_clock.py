@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 import time
 
 import chess
@@ -210,3 +211,59 @@ def test_lichess_bot_engine_accepts_current_and_older_signatures(allie, monkeypa
     finally:
         monkeypatch.undo()
         importlib.reload(lichess_bot)
+
+
+def _stockfish() -> str:
+    if not os.path.exists(STOCKFISH):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"stockfish missing at {STOCKFISH} (CI installs it)")
+        pytest.skip(f"stockfish not installed ({STOCKFISH})")
+    return STOCKFISH
+
+
+@pytest.mark.slow
+def test_game_at_10_plus_0_1_on_a_loaded_cpu_is_never_lost_on_time(tmp_path):
+    """The UCI engine (``adaptive``, tiny model) against Stockfish at 10+0.1 with a real clock
+    kept by the driver, while a busy-loop thread loads the CPU: no move overruns the clock."""
+    from allie_jax.model.checkpoint import save_model
+
+    sf_path = _stockfish()
+    ckpt = tmp_path / "tiny"
+    save_model(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)), ckpt)
+    cmd = [sys.executable, "-m", "launch.uci", "--checkpoint", str(ckpt)]
+    allie = chess.engine.SimpleEngine.popen_uci(cmd, cwd=REPO, timeout=1200)
+    sf = chess.engine.SimpleEngine.popen_uci(sf_path)
+    busy = threading.Event()
+
+    def burn() -> None:
+        x = 0
+        while not busy.is_set():
+            x = (x * 31 + 7) % 1_000_003
+
+    burner = threading.Thread(target=burn, daemon=True)
+    try:
+        allie.configure({"Mode": "adaptive", "OppoElo": 1350})
+        allie.ping()  # isready: every shape compiles here, off the clock
+        sf.configure({"UCI_LimitStrength": True, "UCI_Elo": 1350})
+        burner.start()
+        board, clocks, inc = chess.Board(), [10.0, 10.0], 0.1
+        worst = 0.0
+        while board.outcome(claim_draw=True) is None and len(board.move_stack) < 240:
+            side = 0 if board.turn == chess.WHITE else 1
+            limit = chess.engine.Limit(
+                white_clock=clocks[0], black_clock=clocks[1], white_inc=inc, black_inc=inc
+            )
+            t = time.monotonic()
+            result = (allie if side == 0 else sf).play(board, limit, game="g")
+            spent = time.monotonic() - t
+            clocks[side] -= spent
+            if side == 0:
+                worst = max(worst, spent)
+                assert clocks[0] > 0, f"allie lost on time at ply {len(board.move_stack)}"
+            clocks[side] += inc
+            board.push(result.move)
+        assert len(board.move_stack) >= 20 and worst < 10.0
+    finally:
+        busy.set()
+        allie.quit()
+        sf.quit()

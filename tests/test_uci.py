@@ -125,7 +125,7 @@ def test_illegal_position_is_rejected_and_previous_kept():
     assert any("illegal move 3 'e1e3'" in line for line in lines)
     h.handle("position fen not a fen")
     assert any("invalid fen" in line for line in lines)
-    h.handle("go movetime 10")
+    h.handle("go movetime 1000")
     best = wait_for(lines, "bestmove")[-1].split()[1]
     board = chess.Board()
     board.push_uci("e2e4")
@@ -176,11 +176,11 @@ def test_human_pacing_waits_the_prediction_but_not_past_the_clock():
 def test_resign_info_line_only_when_allowed():
     h, lines = make_handler(ScriptedAllie(resign=True))
     h.handle("position startpos")
-    h.handle("go movetime 10")
+    h.handle("go movetime 1000")
     wait_for(lines, "bestmove")
     assert "info string resign" not in lines
     h.handle("setoption name AllowResign value true")
-    h.handle("go movetime 10")
+    h.handle("go movetime 1000")
     wait_for(lines, "info string resign")
     assert h.last_decision is not None and h.last_decision.resigned
 
@@ -189,7 +189,7 @@ def test_score_and_wdl_lines():
     h, lines = make_handler(ScriptedAllie())
     h.handle("setoption name UCI_ShowWDL value true")
     h.handle("position startpos moves e2e4")  # black to move; value_white = 0.5
-    h.handle("go movetime 10")
+    h.handle("go movetime 1000")
     wait_for(lines, "bestmove")
     info = next(line for line in lines if line.startswith("info depth"))
     assert f"score cp {value_to_cp(-0.5)}" in info and "wdl 250 0 750" in info
@@ -270,7 +270,7 @@ def test_eof_on_stdin_exits_cleanly(checkpoint):
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    out, _ = proc.communicate("uci\nisready\nposition startpos\ngo movetime 50\n", timeout=120)
+    out, _ = proc.communicate("uci\nisready\nposition startpos\ngo movetime 50\n", timeout=900)
     assert proc.returncode == 0
     assert "uciok" in out and "readyok" in out and "bestmove" in out
 

@@ -78,7 +78,15 @@ def random_line(rng: random.Random, board: chess.Board) -> str:
     )
 
 
-def run_fuzz(n_lines: int, seed: int) -> int:
+REAL_SETTINGS = ["setoption name Mode value policy", "setoption name Mode value adaptive",
+                 "setoption name MeanSims value 4", "setoption name MaxSims value 8",
+                 "setoption name UCI_ShowWDL value true", "setoption name AllowResign value true",
+                 "setoption name MultiPV value 2", "setoption name HumanPacing value true",
+                 "setoption name UCI_Opponent value none 1700 human x"]  # fmt: skip
+
+
+def run_fuzz(n_lines: int, seed: int, loader=None, real: bool = False) -> int:
+    """``real``: option lines come from ``REAL_SETTINGS`` (a real model compiles per setting)."""
     rng = random.Random(seed)
     out: list[str] = []
     lock = threading.Lock()
@@ -87,11 +95,14 @@ def run_fuzz(n_lines: int, seed: int) -> int:
         with lock:
             out.append(line)
 
-    h = UciHandler(lambda: RandomPacedAllie(random.Random(seed + 1)), write, warmup=False)
+    loader = loader or (lambda: RandomPacedAllie(random.Random(seed + 1)))
+    h = UciHandler(loader, write, warmup=False)
     asked: list[chess.Board] = []  # the position of every accepted go, in order
     board = chess.Board()
     for _ in range(n_lines):
         line = random_line(rng, board)
+        if real and line.startswith("setoption"):
+            line = rng.choice(REAL_SETTINGS)
         before = len(out)
         t = time.monotonic()
         done = threading.Event()
@@ -114,6 +125,7 @@ def run_fuzz(n_lines: int, seed: int) -> int:
     h.handle("stop")
     h.handle("quit")
     assert not h.thinking
+    assert h.close(600)  # every worker ends (a real one may still be compiling)
     best = [line.split()[1] for line in out if line.startswith("bestmove")]
     assert len(best) == len(asked), (len(best), len(asked))
     for move, board in zip(best, asked, strict=True):
@@ -127,3 +139,16 @@ def run_fuzz(n_lines: int, seed: int) -> int:
 def test_fuzz_10000_lines():
     """~8 s on 2 shared cores, so the full 10,000 lines stay in the default suite."""
     assert run_fuzz(10_000, seed=1) == 10_000
+
+
+def test_fuzz_against_the_real_engine():
+    """A few hundred lines against a real Allie (tiny model): the same invariants, with real
+    searches, compiles and clocks behind the handler (settings stay within a few presets so the
+    run compiles a handful of programs, not one per random option value)."""
+    from flax import nnx
+
+    from allie_jax.engine.api import Allie
+    from allie_jax.model import AllieModel, ModelConfig
+
+    allie = Allie(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)))
+    assert run_fuzz(300, seed=7, loader=lambda: allie, real=True) == 300

@@ -671,8 +671,9 @@ class UciHandler:
         if o.multipv > 1:
             ranked = sorted(decision.policy.items(), key=lambda kv: -kv[1])[: o.multipv]
             children = [dataclasses.replace(game, moves=game.moves + [m]) for m, _ in ranked]
-            # each child is scored by the model's value after the move (White's view)
-            preds = allie.predict(children, start_fens=fens * len(children))
+            # each child is scored by the model's value after the move (White's view), one at
+            # a time: batch 1 is what warm-up compiled, so MultiPV never waits for a compile
+            preds = [allie.predict([c], start_fens=fens)[0] for c in children]
             extra = [(m, p.value_white) for (m, _), p in zip(ranked, preds, strict=True)]
         return decision, extra
 
