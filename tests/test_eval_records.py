@@ -288,12 +288,6 @@ def test_filter_expressions():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="checkpoint.load_model under jax.distributed: Orbax restores the params as global "
-    "arrays and process 1 has no addressable shard (not an evaluator problem; see the issue-15 "
-    "closing note)",
-    strict=False,
-)
 def test_jax_distributed_processes_take_their_own_shards(checkpoint, sample_pgn, tmp_path):
     import socket
 

@@ -51,7 +51,7 @@ def abstract_model(config: ModelConfig) -> AllieModel:
 
 def abstract_params(config: ModelConfig) -> dict:
     """The pure-dict tree of ``jax.ShapeDtypeStruct`` that checkpoints of ``config`` must match."""
-    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     state = nnx.state(abstract_model(config), nnx.Param).to_pure_dict()
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), state)
 
