@@ -144,16 +144,43 @@ class BoardSearcher:
     def forget(self) -> None:  # the evaluator's SearchSystem calls this between chunks
         pass
 
-    def run(self, games: Sequence[Game], rng: Any = 0) -> BoardSearchOutput:
+    def run(
+        self,
+        games: Sequence[Game],
+        rng: Any = 0,
+        *,
+        deadline: float | None = None,
+        should_stop: Any = None,
+        budgets: Sequence[int] | None = None,
+        anchor_logits: Any = None,
+        progress: Any = None,
+    ) -> BoardSearchOutput:
+        """``Searcher.run``'s contract. ``budgets`` sets each game's simulations (clipped to
+        ``max_sims``); ``deadline`` / ``should_stop`` are checked between games (a game not yet
+        searched when time is up plays from its prior: ``num_sims`` 0); ``progress(sims, moves)``
+        is called once at the end. ``greedy`` conditions both Elos on ``greedy_elo``."""
+        import dataclasses as dc
+        import time
+
         from allie_jax.engine.api import as_jax_key, replay_board
         from allie_jax.search.reference import ReferenceMCTS
 
+        if anchor_logits is not None:
+            raise ValueError("the board searcher has no anchor_logits (piKL) support")
         cfg = self.config
         key = as_jax_key(rng)
         gen = np.random.default_rng(int(jax.random.randint(key, (), 0, 2**31 - 1)))
-        sims = 0 if cfg.mode in ("policy", "greedy") else int(cfg.mean_sims)
+        default = 0 if cfg.mode in ("policy", "greedy") else int(cfg.mean_sims)
+        if budgets is not None and len(budgets) != len(games):
+            raise ValueError(f"budgets has {len(budgets)} entries for {len(games)} games")
         rows = []
-        for game in games:
+        for i, game in enumerate(games):
+            sims = default if budgets is None else int(np.clip(budgets[i], 0, cfg.max_sims))
+            late = deadline is not None and time.monotonic() >= deadline
+            if late or (should_stop is not None and should_stop()):
+                sims = 0
+            if cfg.mode == "greedy":
+                game = dc.replace(game, white_elo=cfg.greedy_elo, black_elo=cfg.greedy_elo)
             board = replay_board(game)
             evaluator = BoardLeafEvaluator(self.forward, board, game)
             mcts = ReferenceMCTS(
@@ -174,17 +201,20 @@ class BoardSearcher:
             else:
                 move = int(gen.choice(vocab.NUM_MOVES, p=policy))
             v_mover = res.root_value
-            rows.append((move, policy, res, v_mover if board.turn == chess.WHITE else -v_mover))
+            white = board.turn == chess.WHITE
+            rows.append((move, policy, res, v_mover if white else -v_mover, sims))
         n = len(rows)
+        if progress is not None:
+            progress(max(r[4] for r in rows), [vocab.MOVES[r[0]] for r in rows])
         return BoardSearchOutput(
-            move=[vocab.MOVES[m] for m, *_ in rows],
-            move_id=np.asarray([m for m, *_ in rows], np.int32),
-            policy=np.stack([p for _, p, _, _ in rows]),
-            prior=np.stack([r.prior for _, _, r, _ in rows]),
-            visit_counts=np.stack([r.visit_counts for _, _, r, _ in rows]),
-            num_sims=np.full(n, sims, np.int32),
-            value_white=np.asarray([v for *_, v in rows], np.float32),
+            move=[vocab.MOVES[r[0]] for r in rows],
+            move_id=np.asarray([r[0] for r in rows], np.int32),
+            policy=np.stack([r[1] for r in rows]),
+            prior=np.stack([r[2].prior for r in rows]),
+            visit_counts=np.stack([r[2].visit_counts for r in rows]),
+            num_sims=np.asarray([r[4] for r in rows], np.int32),
+            value_white=np.asarray([r[3] for r in rows], np.float32),
             think_time_s=np.zeros(n, np.float32),
             resign=np.zeros(n, bool),
-            search_value=np.asarray([v for *_, v in rows], np.float32),
+            search_value=np.asarray([r[3] for r in rows], np.float32),
         )
