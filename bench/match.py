@@ -173,7 +173,9 @@ def vs_stockfish_fastchess(args) -> list[dict]:
            "-repeat", "-concurrency", str(args.concurrency), "-pgnout", f"file={pgn}",
            "-recover"]  # fmt: skip
     print(" ".join(cmd), flush=True)
-    subprocess.run(cmd, check=False)
+    # fastchess writes its config.json into its working directory: keep that out of the checkout
+    with tempfile.TemporaryDirectory(prefix="fastchess-") as workdir:
+        subprocess.run(cmd, check=False, cwd=workdir)
     base, inc = (float(x) for x in args.tc.split("+"))
     results = []
     with open(pgn) as f:
