@@ -13,7 +13,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--checkpoint",
         default=os.environ.get("ALLIE_CHECKPOINT"),
-        help="model directory (config.json + params) or training workdir; env ALLIE_CHECKPOINT",
+        help="model directory (config.json + params) or training workdir; env ALLIE_CHECKPOINT; "
+        "or maia:DIR[:preset[:elo]] to play Maia from the user's lc0 nets (GPL, never bundled)",
     )
     parser.add_argument(
         "--compile-cache",
@@ -24,9 +25,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.checkpoint:
         parser.error("--checkpoint DIR is required (or set ALLIE_CHECKPOINT)")
-    if not os.path.exists(args.checkpoint):
+    maia = args.checkpoint.startswith("maia:")
+    if maia:
+        from allie_jax.baselines.maia_player import parse_maia_spec
+
+        try:
+            maia_dir = parse_maia_spec(args.checkpoint).maia_dir
+        except ValueError as exc:
+            parser.error(str(exc))
+        if not os.path.isdir(maia_dir):
+            parser.error(f"--checkpoint {args.checkpoint!r}: Maia directory {maia_dir!r} not found")
+    elif not os.path.exists(args.checkpoint):
         parser.error(f"--checkpoint {args.checkpoint!r} does not exist")
-    if os.path.isfile(args.checkpoint):  # e.g. the released best.pt: say how to convert it
+    elif os.path.isfile(args.checkpoint):  # e.g. the released best.pt: say how to convert it
         from allie_jax.model.checkpoint import file_instead_of_directory
 
         parser.error(file_instead_of_directory(pathlib.Path(args.checkpoint).absolute()))
@@ -46,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:  # the engine still works, it only compiles again next time
             print(f"warning: {exc}; compiling without a persistent cache", file=sys.stderr)
 
+    if maia:
+        from allie_jax.baselines.maia_uci import load_maia_uci
+
+        return run_uci(lambda: load_maia_uci(args.checkpoint))
     return run_uci(lambda: Allie.load(args.checkpoint))
 
 

@@ -1,0 +1,91 @@
+"""Maia as a UCI engine (``launch.uci --checkpoint maia:DIR:preset``), against python-chess."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import chess
+import chess.engine
+import numpy as np
+import pytest
+
+from allie_jax import vocab
+from allie_jax.baselines import lc0_moves
+from allie_jax.baselines.lc0_planes import GameEncoder
+from allie_jax.baselines.maia import MaiaSet
+from allie_jax.game import Game
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+MAIA_DIR = (REPO / ".." / "shared" / "models" / "maia1").resolve()
+
+pytestmark = pytest.mark.skipif(
+    not MAIA_DIR.is_dir(), reason=f"Maia nets not found at {MAIA_DIR} (GPL: never bundled)"
+)
+
+MOVES = ["e2e4", "c7c5", "g1f3", "d7d6", "d2d4", "c5d4", "f3d4", "g8f6"]
+
+
+def test_predict_top_move_is_maia_argmax():
+    from allie_jax.baselines.maia_uci import load_maia_uci
+
+    engine = load_maia_uci(f"maia:{MAIA_DIR}:policy:1500")
+    games = [Game(moves=MOVES[:n]) for n in (0, 3, 8)]
+    preds = engine.predict(games, start_fens=[None] * 3)
+    predictor = MaiaSet(str(MAIA_DIR)).predictor(1500)
+    for g, pred in zip(games, preds, strict=True):
+        board = chess.Board()
+        for m in g.moves:
+            board.push_uci(m)
+        pol, wdl = predictor(GameEncoder(g.moves).encode(len(g.moves))[None])
+        legal = list(board.legal_moves)
+        logits = [pol[0, lc0_moves.lc0_move_index(board, m)] for m in legal]
+        assert max(pred.move_probs, key=pred.move_probs.get) == legal[int(np.argmax(logits))].uci()
+        assert set(pred.move_probs) == {m.uci() for m in legal}
+        assert sum(pred.move_probs.values()) == pytest.approx(1.0, abs=1e-6)
+        sign = 1.0 if board.turn == chess.WHITE else -1.0
+        assert pred.value_white == pytest.approx(sign * float(wdl[0, 0] - wdl[0, 2]), abs=1e-5)
+        assert pred.think_time_s == 0.0 and pred.resign is False
+    # play at temperature 0 agrees with predict's argmax; a FEN start is refused clearly
+    d = engine.play(
+        games[1:2], "adaptive", 0, start_fens=[None], temperature=1.0, sampling="argmax"
+    )
+    assert d[0].move == max(preds[1].move_probs, key=preds[1].move_probs.get)
+    assert vocab.MOVE_TO_ID[d[0].move] >= 0
+    with pytest.raises(ValueError, match="standard start"):
+        engine.predict([Game(moves=[])], start_fens=["8/8/8/8/8/8/k7/K6R w - - 0 1"])
+
+
+def test_uci_plays_legal_moves_and_multipv():
+    spec = f"maia:{MAIA_DIR}:policy"
+    cmd = [sys.executable, "-m", "launch.uci", "--checkpoint", spec, "--compile-cache", "none"]
+    engine = chess.engine.SimpleEngine.popen_uci(cmd, cwd=str(REPO), timeout=60)
+    try:
+        board = chess.Board()
+        for _ in range(4):
+            result = engine.play(board, chess.engine.Limit(time=20), info=chess.engine.INFO_ALL)
+            assert result.move in board.legal_moves
+            assert result.info["string"].startswith("think_time")  # Maia decided, no fallback
+            board.push(result.move)
+        infos = engine.analyse(board, chess.engine.Limit(time=20), multipv=2)
+        assert len(infos) == 2
+        assert all(i["pv"][0] in board.legal_moves for i in infos)
+        assert infos[0]["pv"][0] != infos[1]["pv"][0]
+        # a FEN start: Maia refuses it (no history) and the handler still plays a legal move
+        fen_board = chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3")
+        result = engine.play(fen_board, chess.engine.Limit(time=20), info=chess.engine.INFO_ALL)
+        assert result.move in fen_board.legal_moves
+        assert "standard start" in result.info.get("string", "")
+    finally:
+        engine.quit()
+
+
+def test_bad_maia_spec_is_one_clear_error(capsys):
+    from launch.uci import main
+
+    with pytest.raises(SystemExit):
+        main(["--checkpoint", "maia:/no/such/dir:policy"])
+    assert "/no/such/dir" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--checkpoint", f"maia:{MAIA_DIR}:blitz"])
+    assert "blitz" in capsys.readouterr().err
