@@ -28,6 +28,12 @@ _MAIA_DIR = flags.DEFINE_string(
     None,
     "Directory of Maia-1 nets (maia-1100..1900.pb.gz); = --system_options maia_dir=",
 )
+_PIKL_LAMBDA = flags.DEFINE_float(
+    "pikl_lambda",
+    None,
+    "piKL's KL weight for the search systems on Maia (maia+search, maia+gumbel); default: Grill's "
+    "lambda_N / mctx's scale. A sweep is one run per value; = --system_options pikl_lambda=",
+)
 _GAMES = flags.DEFINE_string("games", None, "PGN of human games (.pgn, .pgn.zst, .pgn.bz2).")
 _OUTPUT = flags.DEFINE_string("output", None, "Directory for report.json, report.md, plots.")
 _SYSTEMS = flags.DEFINE_list(
@@ -179,7 +185,8 @@ def _run() -> dict | None:
         calibration_pgn=_CALIBRATION_PGN.value,
         calibration_systems=tuple(_CALIBRATION_SYSTEMS.value),
         system_options=tuple(_parse_options(_SYSTEM_OPTIONS.value))
-        + ((("maia_dir", _MAIA_DIR.value),) if _MAIA_DIR.value else ()),
+        + ((("maia_dir", _MAIA_DIR.value),) if _MAIA_DIR.value else ())
+        + ((("pikl_lambda", repr(_PIKL_LAMBDA.value)),) if _PIKL_LAMBDA.value is not None else ()),
         top_k=_TOP_K.value,
         chunk_games=_CHUNK_GAMES.value,
         num_shards=_NUM_SHARDS.value,
