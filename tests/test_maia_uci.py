@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pathlib
 import sys
 
 import chess
@@ -15,12 +14,13 @@ from allie_jax.baselines import lc0_moves
 from allie_jax.baselines.lc0_planes import GameEncoder
 from allie_jax.baselines.maia import MaiaSet
 from allie_jax.game import Game
+from tests import maia_support
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-MAIA_DIR = (REPO / ".." / "shared" / "models" / "maia1").resolve()
+MAIA_DIR = maia_support.DEFAULT_MAIA_DIR.resolve()
 
 pytestmark = pytest.mark.skipif(
-    not MAIA_DIR.is_dir(), reason=f"Maia nets not found at {MAIA_DIR} (GPL: never bundled)"
+    not (MAIA_DIR / "maia-1100.pb.gz").exists(),
+    reason=f"Maia nets not found at {MAIA_DIR} (GPL: never bundled)",
 )
 
 MOVES = ["e2e4", "c7c5", "g1f3", "d7d6", "d2d4", "c5d4", "f3d4", "g8f6"]
@@ -59,7 +59,7 @@ def test_predict_top_move_is_maia_argmax():
 def test_uci_plays_legal_moves_and_multipv():
     spec = f"maia:{MAIA_DIR}:policy"
     cmd = [sys.executable, "-m", "launch.uci", "--checkpoint", spec, "--compile-cache", "none"]
-    engine = chess.engine.SimpleEngine.popen_uci(cmd, cwd=str(REPO), timeout=60)
+    engine = chess.engine.SimpleEngine.popen_uci(cmd, cwd=str(maia_support.REPO), timeout=60)
     try:
         board = chess.Board()
         for _ in range(4):

@@ -52,9 +52,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.struct
 import jax
@@ -64,6 +63,7 @@ from flax import nnx
 
 from allie_jax import vocab
 from allie_jax.model import sharding as sh
+from allie_jax.model.config import NamedConfig
 from allie_jax.model.transformer import MLP, Attention, LayerNorm, _param, soft_elo
 
 Array = jax.Array
@@ -96,8 +96,10 @@ _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.floa
 
 
 @dataclasses.dataclass(frozen=True)
-class BoardConfig:
+class BoardConfig(NamedConfig):
     """Hyper-parameters and ablation switches of the board-state transformer (JSON round-trip)."""
+
+    size_kind: ClassVar[str] = "board model"
 
     family: str = "board"  # marks a board checkpoint's config.json
     num_layers: int = 4
@@ -185,36 +187,13 @@ class BoardConfig:
             + NUM_CANDIDATES
         )
 
-    @classmethod
-    def named(cls, name: str, **overrides: Any) -> BoardConfig:
-        try:
-            base = NAMED_SIZES[name]
-        except KeyError:
-            raise ValueError(
-                f"unknown board model size {name!r}; expected one of {sorted(NAMED_SIZES)}"
-            ) from None
-        return cls(**{**base, **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BoardConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown BoardConfig fields: {sorted(unknown)}")
-        return cls(**data)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
 
 NAMED_SIZES: dict[str, dict[str, Any]] = {
     "board_tiny": dict(num_layers=4, embed_dim=64, num_heads=8),
     # DeepMind's largest searchless model had 270M parameters; this depth and width land there.
     "board_270m": dict(num_layers=21, embed_dim=1024, num_heads=8),
 }
+BoardConfig.named_sizes = NAMED_SIZES
 
 
 @flax.struct.dataclass

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import jax.numpy as jnp
 
@@ -20,8 +21,44 @@ REMAT_POLICIES = ("none", "dots_saveable", "full")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
+class NamedConfig:
+    """Named sizes and the JSON round trip, shared by every model family's frozen config.
+
+    A subclass sets ``named_sizes`` (its size table) and ``size_kind`` (the word its errors use);
+    one copy of these rules keeps the families' checkpoints and error messages from drifting.
+    """
+
+    named_sizes: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    size_kind: ClassVar[str] = "model"
+
+    @classmethod
+    def named(cls, name: str, **overrides: Any):
+        """A named size plus overrides."""
+        try:
+            base = cls.named_sizes[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown {cls.size_kind} size {name!r}; expected one of {sorted(cls.named_sizes)}"
+            ) from None
+        return cls(**{**base, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields: {sorted(unknown)}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(NamedConfig):
     """A GPT-2 decoder with Allie's soft Elo tokens and value / time heads."""
 
     vocab_size: int = vocab.VOCAB_SIZE  # 1997 rows; ids >= vocab_size are Elo ratings
@@ -92,31 +129,6 @@ class ModelConfig:
     def parameter_dtype(self) -> Any:
         return _DTYPES[self.param_dtype]
 
-    @classmethod
-    def named(cls, name: str, **overrides: Any) -> ModelConfig:
-        """A named size (``tiny``, ``allie_124m``, ``allie_medium``, ``allie_large``) plus overrides."""
-        try:
-            base = NAMED_SIZES[name]
-        except KeyError:
-            raise ValueError(
-                f"unknown model size {name!r}; expected one of {sorted(NAMED_SIZES)}"
-            ) from None
-        return cls(**{**base, **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - known
-        if unknown:
-            raise ValueError(f"unknown ModelConfig fields: {sorted(unknown)}")
-        return cls(**data)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
 
 NAMED_SIZES: dict[str, dict[str, Any]] = {
     "tiny": dict(num_layers=2, embed_dim=64, num_heads=4, max_len=512),
@@ -124,3 +136,4 @@ NAMED_SIZES: dict[str, dict[str, Any]] = {
     "allie_medium": dict(num_layers=24, embed_dim=1024, num_heads=16, max_len=1024),  # gpt2-medium
     "allie_large": dict(num_layers=36, embed_dim=1280, num_heads=20, max_len=1024),  # gpt2-large
 }
+ModelConfig.named_sizes = NAMED_SIZES  # tiny, allie_124m, allie_medium, allie_large
