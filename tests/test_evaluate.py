@@ -25,6 +25,7 @@ from allie_jax.eval.systems import Scores
 from allie_jax.game import Game, encode_game
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.pgn import open_text, read_games
+from tests.stockfish_support import require_stockfish
 
 # the package re-exports the function ``evaluate``, which shadows the module's name
 ev = importlib.import_module("allie_jax.eval.evaluate")
@@ -288,16 +289,13 @@ def test_evaluate_rejects_bad_systems():
 
 @pytest.mark.slow
 def test_evaluate_search_systems_and_stockfish(tiny_model, sample_pgn, tmp_path):
-    import shutil
-
-    stockfish = shutil.which("stockfish") or "/usr/games/stockfish"
     cfg = ev.EvalConfig(
         systems=("policy", "search", "adaptive"),
         max_games=6,
         search_positions=8,
         search_batch_size=4,
         random_games=2,
-        stockfish=stockfish if shutil.os.path.exists(stockfish) else None,
+        stockfish=require_stockfish(),
         stockfish_positions=10,
         stockfish_nodes=2000,
         progress=False,
@@ -307,8 +305,7 @@ def test_evaluate_search_systems_and_stockfish(tiny_model, sample_pgn, tmp_path)
         block = report["move_accuracy"][mode]
         assert block["positions"] == 8 and block["subsample"]
         assert block["mean_sims"] > 0
-    if cfg.stockfish:
-        assert report["value"]["stockfish"]["positions"] == 10
+    assert report["value"]["stockfish"]["positions"] == 10
 
 
 @pytest.mark.slow

@@ -3,27 +3,13 @@ mate, the candidate rule on a real checkmate game, and the set's file round trip
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import chess
 import chess.engine
 import pytest
 
 from allie_jax.eval import forcing
 from allie_jax.game import Game
-
-STOCKFISH = shutil.which("stockfish") or (
-    "/usr/games/stockfish" if os.path.exists("/usr/games/stockfish") else None
-)
-
-
-def require_stockfish() -> str:
-    if STOCKFISH is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Stockfish is required under CI=true (apt-get install stockfish)")
-        pytest.skip("Stockfish not installed (looked on PATH and at /usr/games/stockfish)")
-    return STOCKFISH
+from tests.stockfish_support import require_stockfish
 
 
 class _Scripted:

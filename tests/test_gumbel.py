@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from allie_jax.search import gumbel, selection, tree_search
+from tests.toy_game import ToyGame
 
 # ----------------------------------------------------------------------------- a toy game
 # A deterministic game shared by both sides: the state is a uint32 hash, prior logits and value
@@ -20,38 +21,10 @@ BUDGETS = (0, 1, 2, 3, 5, 8, 17, 32)
 ALL_BUDGETS = tuple(range(49))
 
 
-def _mix(x, y):
-    x = (x ^ (y * jnp.uint32(0x9E3779B1))) * jnp.uint32(0x85EBCA6B)
-    return x ^ (x >> 13)
-
-
-def _toy_eval(h, legal_one_in=4):
-    acts = jnp.arange(NUM_ACTIONS, dtype=jnp.uint32)
-    r = _mix(h[:, None], acts[None] + 11)
-    logits = (r >> 8).astype(jnp.float32) / 2**24 * 4.0 - 2.0
-    legal = (r % legal_one_in) != 0
-    legal = legal.at[:, 0].set(True)
-    value = (_mix(h, jnp.uint32(99)) >> 8).astype(jnp.float32) / 2**24 * 2 - 1
-    return selection.mask_logits(logits, legal), value
-
-
-def _toy_expand(payloads, parent, path_nodes, path_len, action, num_active):
-    rows = jnp.arange(parent.shape[0])
-    h = _mix(payloads[rows, parent], action.astype(jnp.uint32) + 1)
-    logits, value = _toy_eval(h)
-    return tree_search.NodeEval(logits, value, jnp.zeros_like(value, bool), h)
-
-
-def _toy_recurrent(params, rng, action, embedding):
-    h = _mix(embedding, action.astype(jnp.uint32) + 1)
-    logits, value = _toy_eval(h)
-    out = mctx.RecurrentFnOutput(
-        reward=jnp.zeros_like(value),
-        discount=-jnp.ones_like(value),
-        prior_logits=logits,
-        value=value,
-    )
-    return out, h
+TOY = ToyGame(NUM_ACTIONS, scale=4.0, offset=-2.0, legal_one_in=4)
+_toy_eval = TOY.eval
+_toy_expand = TOY.expand
+_toy_recurrent = TOY.recurrent
 
 
 def _toy_root(batch):

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import chess
 import chess.pgn
 import pytest
@@ -13,20 +10,8 @@ from flax import nnx
 from allie_jax.engine import Allie
 from allie_jax.engine.match import MatchConfig, parse_spec, run_match
 from allie_jax.model import AllieModel, ModelConfig
+from tests.stockfish_support import require_stockfish
 from tests.test_uci import ScriptedAllie
-
-STOCKFISH = shutil.which("stockfish") or (
-    "/usr/games/stockfish" if os.path.exists("/usr/games/stockfish") else None
-)
-
-
-def require_stockfish() -> str:
-    """Under CI=true a missing Stockfish is a failure; elsewhere the test is skipped."""
-    if STOCKFISH is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("Stockfish is required under CI=true (apt-get install stockfish)")
-        pytest.skip("Stockfish not installed (looked on PATH and at /usr/games/stockfish)")
-    return STOCKFISH
 
 
 def read_pgn(path) -> list[chess.pgn.Game]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import threading
 import time
@@ -19,9 +18,9 @@ from allie_jax.engine.pacing import Clock, answer_by, time_budget
 from allie_jax.engine.uci import UciHandler
 from allie_jax.game import Game, encode_game
 from allie_jax.model import AllieModel, ModelConfig
+from tests.stockfish_support import require_stockfish
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STOCKFISH = shutil.which("stockfish") or "/usr/games/stockfish"
 
 
 # one search setting for every test here, so its shapes compile once (go nodes N sets budgets)
@@ -213,21 +212,13 @@ def test_lichess_bot_engine_accepts_current_and_older_signatures(allie, monkeypa
         importlib.reload(lichess_bot)
 
 
-def _stockfish() -> str:
-    if not os.path.exists(STOCKFISH):
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"stockfish missing at {STOCKFISH} (CI installs it)")
-        pytest.skip(f"stockfish not installed ({STOCKFISH})")
-    return STOCKFISH
-
-
 @pytest.mark.slow
 def test_game_at_10_plus_0_1_on_a_loaded_cpu_is_never_lost_on_time(tmp_path):
     """The UCI engine (``adaptive``, tiny model) against Stockfish at 10+0.1 with a real clock
     kept by the driver, while a busy-loop thread loads the CPU: no move overruns the clock."""
     from allie_jax.model.checkpoint import save_model
 
-    sf_path = _stockfish()
+    sf_path = require_stockfish()
     ckpt = tmp_path / "tiny"
     save_model(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)), ckpt)
     cmd = [sys.executable, "-m", "launch.uci", "--checkpoint", str(ckpt)]

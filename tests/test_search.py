@@ -14,50 +14,16 @@ from allie_jax import vocab
 from allie_jax.game import Game
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.search import SearchConfig, Searcher, selection, tree_search
+from tests.toy_game import ToyGame
 
 # ----------------------------------------------------------------------------- a toy game
 NUM_ACTIONS = 6
 
 
-def _mix(x, y):
-    x = (x ^ (y * jnp.uint32(0x9E3779B1))) * jnp.uint32(0x85EBCA6B)
-    return x ^ (x >> 13)
-
-
-def _toy_eval(h):
-    """Deterministic prior logits (some moves illegal) and value from a uint32 state hash."""
-    acts = jnp.arange(NUM_ACTIONS, dtype=jnp.uint32)
-    r = _mix(h[:, None], acts[None] + 11)
-    logits = (r >> 8).astype(jnp.float32) / 2**24 * 3.0
-    legal = (r % 5) != 0
-    legal = legal.at[:, 0].set(True)
-    value = (_mix(h, jnp.uint32(99)) >> 8).astype(jnp.float32) / 2**24 * 2 - 1
-    return selection.mask_logits(logits, legal), value
-
-
-def _toy_expand(payloads, parent, path_nodes, path_len, action, num_active):
-    rows = jnp.arange(parent.shape[0])
-    h = _mix(payloads[rows, parent], action.astype(jnp.uint32) + 1)
-    logits, value = _toy_eval(h)
-    return tree_search.NodeEval(logits, value, jnp.zeros_like(value, bool), h)
-
-
-def _toy_recurrent(params, rng, action, embedding):
-    h = _mix(embedding, action.astype(jnp.uint32) + 1)
-    logits, value = _toy_eval(h)
-    out = mctx.RecurrentFnOutput(
-        reward=jnp.zeros_like(value),
-        discount=-jnp.ones_like(value),
-        prior_logits=logits,
-        value=value,
-    )
-    return out, h
-
-
-def _toy_root(batch):
-    h = jnp.arange(batch, dtype=jnp.uint32) * 7 + 3
-    logits, value = _toy_eval(h)
-    return h, logits, value
+TOY = ToyGame(NUM_ACTIONS, scale=3.0, legal_one_in=5)
+_toy_expand = TOY.expand
+_toy_recurrent = TOY.recurrent
+_toy_root = TOY.root
 
 
 @pytest.mark.parametrize(

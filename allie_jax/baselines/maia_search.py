@@ -155,30 +155,26 @@ def _search(
     root_out = mctx.RootFnOutput(prior_logits=prior_logits, value=root_value, embedding=root)
     invalid = ~root.legal
     if config.mode == "gumbel":
-        out = mctx.gumbel_muzero_policy(
-            None,
-            rng,
-            root_out,
-            recurrent_fn,
-            config.num_simulations,
-            invalid_actions=invalid,
-            max_depth=config.max_depth,
-            max_num_considered_actions=config.gumbel_considered,
-        )
+        policy_fn = mctx.gumbel_muzero_policy
+        knobs = dict(max_num_considered_actions=config.gumbel_considered)
     else:
-        out = mctx.muzero_policy(
-            None,
-            rng,
-            root_out,
-            recurrent_fn,
-            config.num_simulations,
-            invalid_actions=invalid,
-            max_depth=config.max_depth,
+        policy_fn = mctx.muzero_policy
+        knobs = dict(
             dirichlet_fraction=0.0,
             pb_c_init=config.c_puct,
             pb_c_base=config.c_base,
             temperature=1.0,
         )
+    out = policy_fn(
+        None,
+        rng,
+        root_out,
+        recurrent_fn,
+        config.num_simulations,
+        invalid_actions=invalid,
+        max_depth=config.max_depth,
+        **knobs,
+    )
     tree = out.search_tree
     summary = tree.summary()
     visits = summary.visit_counts
