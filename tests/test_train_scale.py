@@ -8,12 +8,9 @@ its findings as JSON; the figures (constraint count) are printed for bench/RESUL
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
-from tests.conftest import REPO
+from tests.fake_devices import run_on_eight_devices
 
 WORKER = textwrap.dedent(
     r"""
@@ -102,20 +99,7 @@ WORKER = textwrap.dedent(
 
 
 def test_eight_device_validation_constraints_and_batch_checks(prepared_sample):
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run(
-        [sys.executable, "-c", WORKER, str(prepared_sample)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
-    out = json.loads(line[len("RESULT") :])
+    out = run_on_eight_devices(WORKER, str(prepared_sample), timeout=900)
     print("\nSCALE:", json.dumps({k: v for k, v in out.items() if k != "reference"}))
 
     # The val split ends in a partial batch (the case that raised IndivisibleError).

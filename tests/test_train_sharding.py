@@ -5,13 +5,9 @@ Runs in a subprocess because the fake device count must be fixed before JAX star
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
-from tests.conftest import REPO
+from tests.fake_devices import run_on_eight_devices
 
 WORKER = textwrap.dedent(
     r"""
@@ -69,20 +65,7 @@ WORKER = textwrap.dedent(
 
 
 def test_sharded_training_matches_single_device(sample_pgn):
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-    env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run(
-        [sys.executable, "-c", WORKER, str(sample_pgn)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
-    results = json.loads(line[len("RESULT") :])
+    results = run_on_eight_devices(WORKER, str(sample_pgn), timeout=600)
     for shape in ["(8, 1, 1)", "(2, 4, 1)", "(2, 2, 2)"]:
         assert results[shape]["max_abs_diff"] < 1e-5, (shape, results[shape])
     # The fsdp/tensor meshes really shard parameters (not a silently replicated run).
