@@ -7,7 +7,7 @@ DEMO_DIR := demo_out
 .venv/installed: pyproject.toml
 	python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e ".[dev,torch,scale,parity]"
+	$(PIP) install -q -e ".[dev,torch,scale,parity,gcs]"
 	touch .venv/installed
 
 venv: .venv/installed

@@ -1,9 +1,9 @@
 """User paths in training go through etils.epath: a ``gs://`` workdir is never turned into a
 local ``./gs:/...`` directory. An in-memory fsspec filesystem stands in for Cloud Storage.
 
-Not covered here: Orbax on a ``gs://`` path needs google-cloud-storage and writes arrays through
-TensorStore's GCS driver (the real Cloud Storage API), so checkpoints on the fake bucket cannot
-be exercised offline; the Checkpointer passes the epath through unchanged (``paths.absolute``).
+Orbax on a ``gs://`` path writes arrays through TensorStore's own GCS driver (the Cloud Storage
+JSON API, not fsspec), so checkpoints on ``gs://`` are tested against a local emulator of that API
+in tests/test_gcs_paths.py.
 """
 
 from __future__ import annotations

@@ -214,7 +214,9 @@ class ShardStore:
         listed = {c["file"] for c in self.manifest["chunks"]} | set(
             self.manifest["extras"].values()
         )
-        for f in self.dir.iterdir():  # uncommitted leftovers of a killed run
+        # uncommitted leftovers of a killed run (an object store has no empty folders: on gs://
+        # the folder made above does not exist until its first file does)
+        for f in self.dir.iterdir() if self.dir.exists() else ():
             if f.name != MANIFEST and f.name not in listed:
                 f.unlink()
         return len(self.manifest["chunks"])

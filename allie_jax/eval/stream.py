@@ -74,9 +74,20 @@ def _open(path: str | pathlib.Path | epath.Path):
         import bz2
 
         raw = bz2.BZ2File(raw)
-    text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
-    text.name = name  # type: ignore[misc]  (read_games names the input in its errors)
-    return text
+    return _NamedText(raw, name)
+
+
+class _NamedText(io.TextIOWrapper):
+    """A decompressed text stream that carries its URL as ``name`` (``read_games`` names the
+    input in its errors; ``TextIOWrapper.name`` itself is read-only)."""
+
+    def __init__(self, raw, name: str):
+        super().__init__(raw, encoding="utf-8", errors="replace", newline=None)
+        self._url = name
+
+    @property
+    def name(self) -> str:
+        return self._url
 
 
 def game_stream(

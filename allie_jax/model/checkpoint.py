@@ -9,6 +9,10 @@ and the ``ModelConfig`` that shapes them. ``load_model`` also accepts a training
 
 and restores its best step (``best/``, else the lowest saved ``val_loss`` metric), else its latest. ``restore_params_from_workdir`` is that second half on its own, so the
 training code can reuse or adapt it.
+
+Model directories and workdirs are user paths, so they go through ``etils.epath``: ``gs://b/run``
+is read from Cloud Storage (Orbax's arrays through TensorStore's own gcs driver), never turned
+into a local ``./gs:/b/run`` as ``pathlib`` would.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from flax import nnx
 
+from allie_jax.data.paths import as_path, is_remote, local_copy
 from allie_jax.model.config import ModelConfig
 from allie_jax.model.transformer import AllieModel
 
@@ -105,19 +111,28 @@ def _int_keys(tree: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- model directories
+def _user_path(path: str | os.PathLike) -> epath.Path:
+    """A user's checkpoint path through epath; absolute when local (Orbax wants that)."""
+    path = as_path(path)
+    return path if is_remote(path) else path.absolute()
+
+
 def params_dict(model: AllieModel) -> dict:
     return nnx.state(model, nnx.Param).to_pure_dict()
 
 
-def save_model(model: AllieModel, path: str | os.PathLike) -> pathlib.Path:
-    """Write ``path/config.json`` and ``path/params`` (overwriting a previous save)."""
-    path = pathlib.Path(path).absolute()
+def save_model(model: AllieModel, path: str | os.PathLike) -> pathlib.Path | epath.Path:
+    """Write ``path/config.json`` and ``path/params`` (overwriting a previous save).
+
+    Returns the absolute directory: a ``pathlib.Path`` when local, an ``epath.Path`` for URLs.
+    """
+    path = _user_path(path)
     path.mkdir(parents=True, exist_ok=True)
     (path / CONFIG_FILE).write_text(model.config.to_json())
     checkpointer = ocp.StandardCheckpointer()
     checkpointer.save(path / PARAMS_DIR, params_dict(model), force=True)
     checkpointer.wait_until_finished()
-    return path
+    return path if is_remote(path) else pathlib.Path(path)
 
 
 def config_from_json(data: Mapping[str, Any], *, source: str = "config") -> ModelConfig:
@@ -146,7 +161,7 @@ def config_from_json(data: Mapping[str, Any], *, source: str = "config") -> Mode
     )
 
 
-def _read_config(path: pathlib.Path) -> ModelConfig:
+def _read_config(path: epath.Path) -> ModelConfig:
     file = path / CONFIG_FILE
     try:
         data = json.loads(file.read_text())
@@ -160,14 +175,22 @@ def _read_config(path: pathlib.Path) -> ModelConfig:
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 
 
-def file_instead_of_directory(path: pathlib.Path) -> str:
+def _is_zip(path: str | os.PathLike) -> bool:
+    try:
+        with as_path(path).open("rb") as f:
+            return zipfile.is_zipfile(f)
+    except OSError:
+        return False
+
+
+def file_instead_of_directory(path: pathlib.Path | epath.Path) -> str:
     """What to do when a file is given where a model directory or workdir is expected.
 
     The usual case is a newcomer passing the released Allie ``best.pt``: it must be converted once
     (it is PyTorch, and may need torch's unpickler), so we name the exact command rather than
     converting behind their back.
     """
-    if path.suffix in TORCH_SUFFIXES or zipfile.is_zipfile(path):
+    if path.suffix in TORCH_SUFFIXES or _is_zip(path):
         return (
             f"{path} is a PyTorch file (the released Allie best.pt?), not an allie-jax checkpoint "
             "directory. Convert it once: python -m launch.convert --format allie "
@@ -213,7 +236,7 @@ def restore_params_from_workdir(
     args=ocp.args.Composite(params=ocp.args.StandardSave(pure_dict), ...), metrics={...})``;
     other items (optimizer state, data iterator) are ignored here.
     """
-    workdir = pathlib.Path(workdir).absolute()
+    workdir = _user_path(workdir)
     ckpt_dir = workdir / CHECKPOINTS_DIR
     # The training loop keeps the best-by-validation step in WORKDIR/best (see train/checkpoints.py).
     best_dir = workdir / BEST_DIR
@@ -244,7 +267,7 @@ def load_model(
     ``config_overrides`` change non-shape fields at load time, e.g. ``dtype="bfloat16"`` for
     inference or ``dropout=0.0``.
     """
-    path = pathlib.Path(path).absolute()
+    path = _user_path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint")
     if path.is_file():
@@ -306,12 +329,13 @@ def load_safetensors(path: str | os.PathLike) -> AllieModel:
     from safetensors import safe_open
     from safetensors.numpy import load_file
 
-    path = pathlib.Path(path)
+    path = as_path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such file")
-    with safe_open(str(path), framework="numpy") as f:
+    local = local_copy(path)  # safetensors memory-maps a local file; a URL is fetched once
+    with safe_open(local, framework="numpy") as f:
         meta = f.metadata() or {}
     if "config" not in meta:
         raise CheckpointError(f"{path}: no 'config' in the safetensors metadata")
     config = ModelConfig.from_dict(json.loads(meta["config"]))
-    return model_from_params(config, unflatten_params(load_file(str(path))))
+    return model_from_params(config, unflatten_params(load_file(local)))

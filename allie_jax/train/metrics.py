@@ -73,6 +73,48 @@ class _RewrittenFile:
         self.flush()
 
 
+class _UploadedEvents:
+    """TensorBoard event files for a remote workdir, written locally and copied up through epath.
+
+    tensorboardX's own gs:// writer bypasses epath and re-uploads from its ``__del__`` (a
+    request at interpreter exit, after ``close``); instead events go to a local temporary folder
+    and each file is copied to ``WORKDIR/tensorboard/`` at most every ``every_s`` seconds and
+    on close. A resumed run writes a new event file beside the old ones, as locally.
+    """
+
+    def __init__(self, remote: epath.Path, every_s: float = 60.0):
+        import tempfile
+
+        from tensorboardX import SummaryWriter
+
+        self.remote, self.every_s = remote, every_s
+        self.local = tempfile.mkdtemp(prefix="allie_tensorboard_")
+        self.writer = SummaryWriter(self.local)
+        self.uploaded = time.monotonic()
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.writer.add_scalar(tag, value, step)
+        if time.monotonic() - self.uploaded > self.every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        import os
+
+        self.writer.flush()
+        self.remote.mkdir(parents=True, exist_ok=True)
+        for name in sorted(os.listdir(self.local)):
+            with open(os.path.join(self.local, name), "rb") as f:
+                (self.remote / name).write_bytes(f.read())
+        self.uploaded = time.monotonic()
+
+    def close(self) -> None:
+        import shutil
+
+        self.writer.close()
+        self.flush()
+        shutil.rmtree(self.local, ignore_errors=True)
+
+
 class MetricsWriter:
     """Writes scalars to TensorBoard and one JSON object per line to ``metrics.jsonl``.
 
@@ -92,7 +134,9 @@ class MetricsWriter:
             self._jsonl = _RewrittenFile(path)
         else:
             self._jsonl = open(path, "a", buffering=1)  # noqa: SIM115
-        if tensorboard:
+        if tensorboard and is_remote(workdir):
+            self._tb = _UploadedEvents(workdir / "tensorboard")
+        elif tensorboard:
             from tensorboardX import SummaryWriter
 
             self._tb = SummaryWriter(str(workdir / "tensorboard"))
