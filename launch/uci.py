@@ -47,15 +47,17 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 
-    from allie_jax.engine.api import Allie
+    # the cache first: importing the engine runs JAX (pgx's chess tables), which it serves too
     from allie_jax.engine.compile_cache import enable_compilation_cache
-    from allie_jax.engine.uci import run_uci
 
     if (args.compile_cache or "").lower() != "none":
         try:
             enable_compilation_cache(args.compile_cache)
         except OSError as exc:  # the engine still works, it only compiles again next time
             print(f"warning: {exc}; compiling without a persistent cache", file=sys.stderr)
+
+    from allie_jax.engine.api import Allie
+    from allie_jax.engine.uci import run_uci
 
     if maia:
         from allie_jax.baselines.maia_uci import load_maia_uci

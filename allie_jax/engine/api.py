@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from allie_jax import vocab
+from allie_jax import aot, vocab
 from allie_jax.game import Game, denormalize_think_time, header_tokens
 from allie_jax.search import decision
 from allie_jax.search.config import MODES, SearchConfig
@@ -111,6 +111,20 @@ def game_tokens(game: Game, max_len: int = vocab.MAX_SEQ_LEN) -> np.ndarray:
     return np.asarray(head + moves, dtype=np.int32)
 
 
+@functools.partial(aot.jit, static_argnames=("graphdef",))
+def _last_position(graphdef, state, tokens, last):
+    """Policy logits, think time and value at each row's last real position (float32)."""
+    from flax import nnx
+
+    out = nnx.merge(graphdef, state)(tokens, deterministic=True)
+    rows = jnp.arange(tokens.shape[0])
+    return (
+        out.policy_logits[rows, last].astype(jnp.float32),
+        out.time[rows, last].astype(jnp.float32),
+        out.value[rows, last].astype(jnp.float32),
+    )
+
+
 class _Forward:
     """A jitted forward that returns only the last real position of each row.
 
@@ -125,20 +139,7 @@ class _Forward:
             vocab.MAX_SEQ_LEN, getattr(getattr(model, "config", None), "max_len", 512)
         )
         self.lengths = tuple(b for b in _LENGTH_BUCKETS if b < self.max_len) + (self.max_len,)
-        graphdef, state = nnx.split(model)
-        self._state = state
-
-        @jax.jit
-        def fwd(state, tokens, last):
-            out = nnx.merge(graphdef, state)(tokens, deterministic=True)
-            rows = jnp.arange(tokens.shape[0])
-            return (
-                out.policy_logits[rows, last].astype(jnp.float32),
-                out.time[rows, last].astype(jnp.float32),
-                out.value[rows, last].astype(jnp.float32),
-            )
-
-        self._fwd = fwd
+        self._graphdef, self._state = nnx.split(model)
 
     def __call__(self, rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(rows)
@@ -149,7 +150,9 @@ class _Forward:
         for i, r in enumerate(rows):
             tokens[i, : len(r)] = r
             last[i] = len(r) - 1
-        logits, time, value = self._fwd(self._state, jnp.asarray(tokens), jnp.asarray(last))
+        logits, time, value = _last_position(
+            self._graphdef, self._state, jnp.asarray(tokens), jnp.asarray(last)
+        )
         return np.asarray(logits)[:n], np.asarray(time)[:n], np.asarray(value)[:n]
 
     def fix_shapes(self) -> None:
@@ -209,7 +212,8 @@ class Allie:
             self._searchers.clear()
             self._forward.fix_shapes()
         config = make_config(preset, **overrides)
-        calls = 0
+        _play_keys(0)
+        calls = 1
         searcher = self._searcher(config)
         if hasattr(searcher, "warmup"):
             calls += searcher.warmup(batch_size)
@@ -326,7 +330,7 @@ class Allie:
         config = make_config(preset, **overrides)
         if budgets is not None and len(budgets) != len(games):
             raise ValueError(f"budgets has {len(budgets)} entries for {len(games)} games")
-        key_search, key_direct = jax.random.split(as_jax_key(rng))
+        key_search, key_direct = _play_keys(rng)
         fens = list(start_fens) if start_fens is not None else [None] * len(games)
         why = [self._direct_reason(g, f, b) for g, f, b in zip(games, fens, boards, strict=True)]
         decisions: list[Decision | None] = [None] * len(games)
@@ -429,6 +433,12 @@ class Allie:
                 )
             )
         return out
+
+
+def _play_keys(rng: Any) -> tuple[jax.Array, jax.Array]:
+    """The search's and the direct pass's keys of one ``play`` call (warm-up runs it too)."""
+    key_search, key_direct = jax.random.split(as_jax_key(rng))
+    return key_search, key_direct
 
 
 def _legal_masks(boards: Sequence[chess.Board]) -> np.ndarray:

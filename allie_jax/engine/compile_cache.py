@@ -4,6 +4,12 @@ An engine compiles every shape it can meet before its first move (``Allie.warmup
 a minute or more on a CPU. With the cache on, a later process with the same model config, JAX
 version and machine loads the compiled programs from disk instead. Every program is cached
 (no minimum compile time or size), because the engine's many small ones add up too.
+
+JAX's cache still traces and lowers each function before the lookup, so the engine's own
+programs (``allie_jax.aot.jit``: the search, the rules, the forward) are also kept as whole
+serialized executables in ``DIR/executables`` (``allie_jax.aot``), which a later process loads
+without tracing. Call this before importing the model and chess code (``allie_jax.engine`` is
+light to import): pgx's chess tables run JAX at import time and hit the cache too.
 """
 
 from __future__ import annotations
@@ -23,8 +29,11 @@ def default_cache_dir() -> epath.Path:
     return epath.Path(base) / "allie_jax" / "jax"
 
 
-def enable_compilation_cache(path: str | os.PathLike | None = None) -> epath.Path:
-    """Turn JAX's persistent compilation cache on at ``path`` (default ``default_cache_dir()``).
+def enable_compilation_cache(
+    path: str | os.PathLike | None = None, *, executables: bool = True
+) -> epath.Path:
+    """Turn JAX's persistent compilation cache on at ``path`` (default ``default_cache_dir()``),
+    and with ``executables`` the store of whole executables in ``path/executables``.
 
     Call before the first compilation. Returns the directory used; raises ``OSError`` naming it
     when it cannot be created.
@@ -39,4 +48,11 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> epath.Pat
     jax.config.update("jax_compilation_cache_dir", str(cache))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    if executables:
+        from allie_jax import aot
+
+        try:
+            aot.enable_store(os.fspath(cache / "executables"))
+        except OSError as exc:
+            raise OSError(f"compilation cache directory {str(cache)!r}: {exc}") from exc
     return cache

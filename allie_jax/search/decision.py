@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from allie_jax import vocab
+from allie_jax import aot, vocab
 from allie_jax.game import Game
 from allie_jax.search.config import SearchConfig
 
@@ -126,7 +126,7 @@ def policy_step(
     }
 
 
-@functools.partial(jax.jit, static_argnames=("config",))
+@functools.partial(aot.jit, static_argnames=("config",))
 def policy_step_jit(policy_logits, legal, value_stm, argmax, rng, *, config: SearchConfig):
     """``policy_step`` compiled on its own (the fallback path's entry)."""
     return policy_step(policy_logits, legal, value_stm, argmax, rng, config)

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from allie_jax import chess_jax, vocab
+from allie_jax import aot, chess_jax, vocab
 from allie_jax.game import Game, denormalize_think_time, encode_game
 from allie_jax.model.kv_cache import KVCache
 from allie_jax.search import budget as budget_lib
@@ -97,7 +97,7 @@ def tree_size(max_budget: int, max_sims: int) -> int:
 
 
 # ----------------------------------------------------------------------------- jitted pieces
-@functools.partial(jax.jit, static_argnames=("graphdef",))
+@functools.partial(aot.jit, static_argnames=("graphdef",))
 def _prefill(graphdef, params, tokens, cache: KVCache, num_new):
     model = nnx.merge(graphdef, params)
     out, cache = model.extend(tokens, cache, num_new)
@@ -109,7 +109,7 @@ def _prefill(graphdef, params, tokens, cache: KVCache, num_new):
     return jax.tree.map(pick, out), cache
 
 
-@functools.partial(jax.jit, static_argnames=("rules",))
+@functools.partial(aot.jit, static_argnames=("rules",))
 def _replay(move_ids, lengths, rules):
     state = chess_jax.replay(move_ids, lengths, rules)
     legal = chess_jax.legal_mask(state)
@@ -117,7 +117,7 @@ def _replay(move_ids, lengths, rules):
     return state, legal, done
 
 
-@functools.partial(jax.jit, static_argnames=("config",))
+@functools.partial(aot.jit, static_argnames=("config",))
 def _decide_unsearched(
     root_state, legal, root_out, argmax_rows, rng, anchor_logits, *, config: SearchConfig
 ):
@@ -268,7 +268,7 @@ def _select_fn(params: gumbel.GumbelParams | None):
 _STATIC = ("graphdef", "num_nodes", "config", "tree_params", "row_buckets")
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
+@functools.partial(aot.jit, static_argnames=_STATIC)
 def _search(
     graphdef,
     params,
@@ -335,7 +335,7 @@ def _search(
 
 # The same search in pieces, for a caller with a clock: start, chunks of simulations, finish.
 @functools.partial(
-    jax.jit, static_argnames=("graphdef", "num_nodes", "sorted_rows", "gumbel_params")
+    aot.jit, static_argnames=("graphdef", "num_nodes", "sorted_rows", "gumbel_params")
 )
 def _search_start(
     graphdef,
@@ -369,7 +369,7 @@ def _search_start(
 
 
 @functools.partial(
-    jax.jit,
+    aot.jit,
     static_argnames=("graphdef", "num_nodes", "tree_params", "row_buckets", "gumbel_params"),
     donate_argnames=("tree",),
 )
@@ -403,7 +403,7 @@ def _search_chunk(
     )
 
 
-@functools.partial(jax.jit, static_argnames=("config", "sorted_rows"))
+@functools.partial(aot.jit, static_argnames=("config", "sorted_rows"))
 def _search_finish(
     tree,
     budgets_s,

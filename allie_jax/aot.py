@@ -1,0 +1,410 @@
+"""Compiled executables kept across processes, so a restarted engine skips tracing and lowering.
+
+JAX's persistent compilation cache (``engine.compile_cache``) saves XLA's compile step, but a new
+process still traces and lowers every jitted function before it can look the program up, and for
+the UCI engine's programs (the chess rules and the tree search inside jit) that was most of the
+time to ``readyok``. A function declared with ``aot.jit`` behaves as ``jax.jit``; when a store is
+enabled (``enable_store``, done by ``engine.compile_cache.enable_compilation_cache``), each call
+instead looks up a serialized executable (``jax.experimental.serialize_executable``) by a key made
+of the function, its static arguments, the structure, shapes and dtypes of its inputs, and a
+fingerprint of everything else that shapes the program: allie_jax's source, the versions of jax,
+jaxlib, flax, pgx and numpy, the backend and its devices, XLA flags and JAX's numerics flags.
+
+Safety: the key is checked in full when an entry is read, and an entry that fails to load (another
+format, a truncated file, a mismatch) is removed and the function compiles as usual (then writes a
+new entry). A call the loaded executable refuses (argument types) falls back to ``jax.jit``.
+Entries are written atomically. Only load a store you wrote: like JAX's own cache, deserializing
+an executable runs code.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import inspect
+import logging
+import os
+import pathlib
+import pickle
+import platform
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+import numpy as np
+
+FORMAT = 1
+_SUFFIX = ".exe"
+KEEP_ENVIRONMENTS = 4  # environment directories kept (most recently used); older ones removed
+_PACKAGES = ("jax", "jaxlib", "flax", "pgx", "numpy")
+_FLAGS = (
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_default_prng_impl",
+    "jax_threefry_partitionable",
+)
+_ENV = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
+log = logging.getLogger(__name__)
+
+
+class _Unstorable(Exception):
+    """A call whose key cannot be written down stably (e.g. a static argument's repr names an
+    object address): it runs through ``jax.jit`` as usual."""
+
+
+@functools.lru_cache(maxsize=1)
+def source_fingerprint() -> str:
+    """sha256 over allie_jax's Python source (paths and bytes): any code change, any new key."""
+    root = pathlib.Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def host_fingerprint() -> str:
+    """The host CPU (model and instruction-set flags): executables hold machine code for it."""
+    text = f"{platform.machine()}:{platform.processor()}"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags", "Features"))]
+        text += "".join(sorted(set(lines)))
+    except OSError:
+        pass
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def environment_fingerprint() -> str:
+    """Everything outside the call that shapes a compiled program, as one line of text."""
+    versions = []
+    for name in _PACKAGES:
+        try:
+            versions.append(f"{name}={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name}=?")
+    devices = jax.devices()
+    backend = devices[0].client
+    parts = [
+        f"format={FORMAT}",
+        f"source={source_fingerprint()}",
+        *versions,
+        f"backend={backend.platform}:{backend.platform_version}",
+        f"devices={len(devices)}x{devices[0].device_kind}",
+        f"host={host_fingerprint()}",
+        *(f"{flag}={getattr(jax.config, flag, '?')}" for flag in _FLAGS),
+        *(f"{env}={os.environ.get(env, '')}" for env in _ENV),
+    ]
+    return "|".join(parts)
+
+
+def _leaf_signature(x: Any) -> tuple:
+    """What a compiled program fixes about one input: shape, dtype, weak type, placement."""
+    if isinstance(x, jax.Array):
+        return (
+            tuple(x.shape),
+            str(x.dtype),
+            bool(getattr(x, "weak_type", False)),
+            str(x.sharding),
+        )
+    if isinstance(x, (np.ndarray, np.generic)):
+        return (tuple(x.shape), str(x.dtype), False, "host")
+    if isinstance(x, (bool, int, float, complex)):
+        return ((), type(x).__name__, True, "host")
+    raise _Unstorable(f"input of type {type(x).__name__}")
+
+
+def _stable_repr(value: Any) -> str:
+    text = repr(value)
+    if " at 0x" in text or "object at" in text:
+        raise _Unstorable(f"static argument {text[:80]!r} has no stable repr")
+    return text
+
+
+@dataclasses.dataclass
+class _Entry:
+    compiled: Any  # jax.stages.Compiled, or None: run through jax.jit
+    key_text: str
+
+
+class ExecutableStore:
+    """Serialized executables in one directory (``<sha256 of the key>.exe``), and the ones
+    loaded or compiled by this process in memory.
+
+    ``stats`` counts ``loaded`` (read from disk), ``compiled`` (traced, lowered and compiled
+    here, then written), ``unstorable`` and ``fallbacks`` (calls that went through ``jax.jit``)
+    and ``bad_entries`` (files removed because they did not load).
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = pathlib.Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._memory: dict[tuple, _Entry] = {}
+        self._lock = threading.Lock()
+        self._environment: str | None = None
+        self._directory: pathlib.Path | None = None
+        self.stats: collections.Counter = collections.Counter()
+
+    @property
+    def environment(self) -> str:
+        if self._environment is None:
+            self._environment = environment_fingerprint()
+        return self._environment
+
+    @property
+    def directory(self) -> pathlib.Path:
+        """This environment's entries: ``path/<hash of the environment>``. Made on first use,
+        when the directories of all but the ``KEEP_ENVIRONMENTS`` most recently used
+        environments (old code, old jax) are removed, so the store does not grow forever."""
+        if self._directory is None:
+            name = hashlib.sha256(self.environment.encode()).hexdigest()[:24]
+            directory = self.path / name
+            directory.mkdir(parents=True, exist_ok=True)
+            os.utime(directory)
+            self._directory = directory
+            self._prune()
+        return self._directory
+
+    def _prune(self) -> None:
+        try:
+            others = [p for p in self.path.iterdir() if p.is_dir()]
+            others.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+            for old in others[KEEP_ENVIRONMENTS:]:
+                if old != self._directory:
+                    shutil.rmtree(old, ignore_errors=True)
+        except OSError as exc:  # another process pruning at the same time, a read-only dir
+            log.debug("aot: pruning %s: %s", self.path, exc)
+
+    def call(self, fn: AotFunction, args: tuple, kwargs: dict) -> Any:
+        try:
+            static, dynamic = fn.split(args, kwargs)
+            leaves, treedef = jax.tree.flatten(dynamic)
+            memory_key = (
+                fn.name,
+                tuple(sorted(static.items())),
+                treedef,
+                tuple(_leaf_signature(x) for x in leaves),
+            )
+        except (_Unstorable, TypeError) as exc:  # unhashable statics, odd inputs: plain jit
+            log.debug("aot: %s runs through jax.jit (%s)", fn.name, exc)
+            self.stats["unstorable"] += 1
+            return fn.jitted(*args, **kwargs)
+        entry = self._memory.get(memory_key)
+        if entry is None:
+            entry = self._entry(fn, static, dynamic, memory_key)
+        if entry.compiled is None:
+            return fn.jitted(*args, **kwargs)
+        try:
+            return entry.compiled(**dynamic)
+        except TypeError as exc:  # the executable refuses these inputs: compile as jit would
+            log.warning("aot: %s refused its inputs (%s); using jax.jit", fn.name, exc)
+            self.stats["fallbacks"] += 1
+            with self._lock:
+                self._memory[memory_key] = _Entry(None, entry.key_text)
+            return fn.jitted(*args, **kwargs)
+
+    def _entry(self, fn: AotFunction, static: dict, dynamic: dict, memory_key: tuple) -> _Entry:
+        try:
+            key_text = "\n".join(
+                [
+                    self.environment,
+                    fn.name,
+                    *(f"{k}={_stable_repr(v)}" for k, v in sorted(static.items())),
+                    str(memory_key[2]),
+                    repr(memory_key[3]),
+                ]
+            )
+        except _Unstorable as exc:
+            log.debug("aot: %s runs through jax.jit (%s)", fn.name, exc)
+            self.stats["unstorable"] += 1
+            entry = _Entry(None, "")
+        else:
+            file = self.directory / (hashlib.sha256(key_text.encode()).hexdigest() + _SUFFIX)
+            compiled = self._load(file, key_text)
+            if compiled is None:
+                lowered = fn.jitted.lower(**static, **dynamic)
+                with _fresh_compile() as hits:
+                    compiled = lowered.compile()
+                self.stats["compiled"] += 1
+                if hits:  # JAX's cache answered: that copy cannot be serialized again
+                    self.stats["not_stored"] += 1
+                else:
+                    self._write(file, key_text, compiled)
+            entry = _Entry(compiled, key_text)
+        with self._lock:
+            self._memory[memory_key] = entry
+        return entry
+
+    def _load(self, file: pathlib.Path, key_text: str) -> Any:
+        if not file.exists():
+            return None
+        from jax.experimental import serialize_executable
+
+        try:
+            with open(file, "rb") as f:
+                record = pickle.load(f)
+            if record.get("format") != FORMAT or record.get("key") != key_text:
+                raise ValueError("key or format mismatch")
+            compiled = serialize_executable.deserialize_and_load(
+                record["executable"], record["in_tree"], record["out_tree"]
+            )
+        except Exception as exc:  # any damage: drop the entry, compile again
+            log.warning("aot: removing unusable entry %s (%s: %s)", file, type(exc).__name__, exc)
+            self.stats["bad_entries"] += 1
+            file.unlink(missing_ok=True)
+            return None
+        self.stats["loaded"] += 1
+        return compiled
+
+    def _write(self, file: pathlib.Path, key_text: str, compiled: Any) -> None:
+        from jax.experimental import serialize_executable
+
+        try:
+            payload, in_tree, out_tree = serialize_executable.serialize(compiled)
+            record = {
+                "format": FORMAT,
+                "key": key_text,
+                "executable": payload,
+                "in_tree": in_tree,
+                "out_tree": out_tree,
+            }
+            fd, tmp = tempfile.mkstemp(dir=file.parent, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    pickle.dump(record, f, protocol=pickle.HIGHEST_PROTOCOL)
+                os.replace(tmp, file)  # readers see the whole entry or none
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        except Exception as exc:  # the executable still serves this process
+            log.warning("aot: could not store %s (%s: %s)", file, type(exc).__name__, exc)
+            self.stats["write_errors"] += 1
+
+
+_COMPILE_LOCK = threading.Lock()
+_LOCAL = threading.local()
+
+
+def _note_cache_hit(event: str, **_: Any) -> None:
+    if event == "/jax/compilation_cache/cache_hits" and getattr(_LOCAL, "hits", None) is not None:
+        _LOCAL.hits.append(event)
+
+
+jax.monitoring.register_event_listener(_note_cache_hit)
+
+
+@contextlib.contextmanager
+def _fresh_compile():
+    """One compile that does not read JAX's persistent cache; yields the cache hits seen.
+
+    An executable that JAX's cache deserialized cannot be serialized again (jaxlib 0.10 on CPU:
+    the copy fails at run time with "Function ... not found"), so the store compiles its
+    entries afresh. The read is bypassed through a private hook (``compiler._cache_read``);
+    should a JAX version lack it, the hits are reported and the entry is kept in memory only.
+    """
+    from jax._src import compiler
+
+    hits: list[str] = []
+    with _COMPILE_LOCK:
+        read = getattr(compiler, "_cache_read", None)
+        _LOCAL.hits = hits
+        if read is not None:
+            compiler._cache_read = lambda *args, **kwargs: (None, None)
+        try:
+            yield hits
+        finally:
+            _LOCAL.hits = None
+            if read is not None:
+                compiler._cache_read = read
+
+
+_STORE: ExecutableStore | None = None
+
+
+def enable_store(path: str | os.PathLike) -> ExecutableStore:
+    """Route every ``aot.jit`` function through a store at ``path`` (process-wide)."""
+    global _STORE
+    if _STORE is None or _STORE.path != pathlib.Path(path):
+        _STORE = ExecutableStore(path)
+    return _STORE
+
+
+def disable_store() -> None:
+    global _STORE
+    _STORE = None
+
+
+def active_store() -> ExecutableStore | None:
+    return _STORE
+
+
+class AotFunction:
+    """``jax.jit(fun, ...)`` that, with a store enabled, loads and keeps compiled executables."""
+
+    def __init__(
+        self,
+        fun: Callable,
+        *,
+        static_argnames: Iterable[str] = (),
+        donate_argnames: Iterable[str] = (),
+    ) -> None:
+        self.static_argnames = tuple(static_argnames)
+        self.jitted = jax.jit(
+            fun, static_argnames=self.static_argnames, donate_argnames=tuple(donate_argnames)
+        )
+        self.name = f"{fun.__module__}.{fun.__qualname__}"
+        self._signature = inspect.signature(fun)
+        kinds = {p.kind for p in self._signature.parameters.values()}
+        self._bindable = not kinds & {
+            inspect.Parameter.VAR_POSITIONAL,
+            inspect.Parameter.VAR_KEYWORD,
+            inspect.Parameter.POSITIONAL_ONLY,
+        }
+        functools.update_wrapper(self, fun)
+
+    def split(self, args: tuple, kwargs: dict) -> tuple[dict, dict]:
+        """The call's arguments by name: (static ones, the rest)."""
+        if not self._bindable:
+            raise _Unstorable("signature with *args, **kwargs or positional-only parameters")
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        static = {k: v for k, v in bound.arguments.items() if k in self.static_argnames}
+        dynamic = {k: v for k, v in bound.arguments.items() if k not in self.static_argnames}
+        return static, dynamic
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        store = _STORE
+        if store is None:
+            return self.jitted(*args, **kwargs)
+        return store.call(self, args, kwargs)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        return self.jitted.lower(*args, **kwargs)
+
+
+def jit(
+    fun: Callable | None = None,
+    *,
+    static_argnames: Iterable[str] = (),
+    donate_argnames: Iterable[str] = (),
+) -> Any:
+    """``jax.jit`` whose executables a store can keep across processes (see the module doc).
+
+    Usable as ``@aot.jit`` or ``@functools.partial(aot.jit, static_argnames=...)``. Arguments
+    are matched by name (no ``*args``/``**kwargs`` in ``fun``'s signature for the store to apply).
+    """
+    if fun is None:
+        return functools.partial(
+            jit, static_argnames=static_argnames, donate_argnames=donate_argnames
+        )
+    return AotFunction(fun, static_argnames=static_argnames, donate_argnames=donate_argnames)
