@@ -46,7 +46,7 @@ import numpy as np
 from mctx._src import seq_halving  # mctx's sequential-halving schedule (0.0.71)
 
 from allie_jax.search import tree_search
-from allie_jax.search.selection import ILLEGAL_LOGIT, legal_from_logits
+from allie_jax.search.selection import ILLEGAL_LOGIT, first_argmax, legal_from_logits
 
 MODES = ("gumbel", "gumbel-adaptive")
 _EPSILON = 1e-8  # mctx's floor on q_max − q_min when rescaling
@@ -151,7 +151,7 @@ def make_gumbel_selection(params: GumbelParams) -> tree_search.SelectFn:
         improved = jax.nn.softmax(logits + sigma_q)
         interior = improved - visits / (1.0 + jnp.sum(visits))
         score = jnp.where(node_index == tree_search.Tree.ROOT_INDEX, root, interior)
-        return jnp.argmax(jnp.where(legal, score, -jnp.inf)).astype(jnp.int32)
+        return first_argmax(jnp.where(legal, score, -jnp.inf))
 
     return select
 

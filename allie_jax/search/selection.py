@@ -39,6 +39,20 @@ def mask_logits(logits: jax.Array, legal: jax.Array) -> jax.Array:
     return jnp.where(legal, logits, ILLEGAL_LOGIT)
 
 
+def first_argmax(x: jax.Array) -> jax.Array:
+    """int32 [...]: ``jnp.argmax(x, -1)`` (ties → the lowest index) as two plain reductions.
+
+    XLA on CPU lowers argmax to one variadic (value, index) reduction that does not vectorise;
+    inside the selection loop it was the largest single cost of a small model's simulation step
+    (depth x rows x 1968 actions per step). A max, then the lowest index holding it, is the same
+    answer for any x without NaN (a NaN row gives 0, as argmax does for an all-NaN row).
+    """
+    size = x.shape[-1]
+    best = jnp.max(x, axis=-1, keepdims=True)
+    index = jnp.min(jnp.where(x == best, jnp.arange(size, dtype=jnp.int32), size), axis=-1)
+    return jnp.where(index == size, 0, index).astype(jnp.int32)
+
+
 def completed_q(
     tree: mctx.Tree, node_index: chex.Numeric, *, fpu_mode: str, fpu: float
 ) -> jax.Array:
@@ -67,6 +81,6 @@ def make_puct_selection(
         q = completed_q(tree, node_index, fpu_mode=fpu_mode, fpu=fpu)
         visits = tree.children_visits[node_index].astype(jnp.float32)
         score = q + factor * prior / (1.0 + visits)
-        return jnp.argmax(jnp.where(legal, score, -jnp.inf)).astype(jnp.int32)
+        return first_argmax(jnp.where(legal, score, -jnp.inf))
 
     return select
