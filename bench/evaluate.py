@@ -13,7 +13,12 @@ compiled), then timed on the same games, model-only and with the per-position re
 PyTorch forward over each whole game (batch 1, float32, ``torch.inference_mode``, log-softmax at
 every position like ours), same weights (a released-structure PyTorch model converted by
 ``convert_released_allie``), same run; after the cold (compiling) pass the two are interleaved
-over ``--rounds`` rounds and the medians reported, with the load average.
+over ``--rounds`` rounds and the medians reported, with the load average. The whole policy system
+of ``launch.evaluate`` (pass + reduction to the records' rows) is timed in the same rounds.
+
+Threads: XLA's CPU pool uses every CPU the process may use, so torch gets as many intra-op
+threads (``--torch_threads 0``, the default); ``--cpus N`` pins the process to N CPUs first, for
+an N-core comparison on a shared machine (``--cpus 1``: one core each).
 """
 
 from __future__ import annotations
@@ -106,6 +111,19 @@ def load1() -> float:
         return float("nan")
 
 
+def restrict_cpus(cpus: int) -> int:
+    """Pin this process to its first ``cpus`` allowed CPUs (0: keep all); returns the count.
+
+    Call before JAX starts its backend and before torch starts its pool: XLA's CPU thread pool
+    is sized by the CPUs the process may use, so pinning is how both sides get the same cores.
+    """
+    allowed = sorted(os.sched_getaffinity(0))
+    if cpus > 0:
+        allowed = allowed[:cpus]
+        os.sched_setaffinity(0, allowed)
+    return len(allowed)
+
+
 def run_torch(args: argparse.Namespace) -> dict:
     """Ours (cold: compile included; warm) against one PyTorch forward per whole game."""
     import sys
@@ -116,6 +134,7 @@ def run_torch(args: argparse.Namespace) -> dict:
     from torch_allie import paired_models
 
     from allie_jax.eval.scoring import game_tokens
+    from allie_jax.eval.systems import PolicySystem, Positions
 
     load_start = load1()
     torch_model, model = paired_models(args.size)
@@ -136,34 +155,53 @@ def run_torch(args: argparse.Namespace) -> dict:
                 out.append((logp.numpy(), value[0, h - 1 :].numpy(), time_s[0, h - 1 :].numpy()))
         return out
 
-    jax.clear_caches()  # the cold pass compiles every padded shape it meets
+    # the whole policy system of launch.evaluate: pass + reduction to records rows (top-k legal
+    # moves, p(human), legality, resign); the python-chess replay is done once, outside
+    gps = [game_positions(g) for g in games]
+    sizes = [gp.num_moves + 1 for gp in gps]
+    pos = Positions(
+        games,
+        gps,
+        np.concatenate([np.full(n, j) for j, n in enumerate(sizes)]),
+        np.concatenate([np.arange(n) for n in sizes]),
+    )
+    system = PolicySystem(model, batch_size=args.batch_size)
+
+    jax.clear_caches()  # cold: compiles every shape it meets (or loads it, with --compile_cache)
     t_cold, outs = timed(ours)
-    warm, torch_times = [], []
+    timed(lambda: system.score(pos))  # its own programs are the same; warm its host code too
+    warm, torch_times, system_times = [], [], []
     for _ in range(args.rounds):
         t, outs = timed(ours)
         warm.append(t)
         t, ref = timed(theirs)
         torch_times.append(t)
+        t, _ = timed(lambda: system.score(pos))
+        system_times.append(t)
     ours_by_game = dict(outs)
     diff = max(
         float(np.abs(ours_by_game[i].log_probs[:, : ref[i][0].shape[1]] - ref[i][0]).max())
-        for i in range(min(5, len(games)))
+        for i in range(len(games))
     )
+    ratios = [b / a for a, b in zip(warm, torch_times, strict=True)]
     t_warm, t_torch = float(np.median(warm)), float(np.median(torch_times))
     return {
         "device": jax.devices()[0].device_kind,
-        "cpu_count": os.cpu_count(),
+        "cpus": args.cpus_used,
+        "compile_cache": args.compile_cache,
         "torch_threads": torch.get_num_threads(),
         "model": args.size,
         "games": len(games),
         "positions": positions,
-        "batch_size": args.batch_size,
+        "tokens_per_call": CausalScorer(model, batch_size=args.batch_size).tokens_per_call,
         "ours_with_compile_positions_per_s": positions / t_cold,
         "ours_positions_per_s": positions / t_warm,
         "ours_min_max": [positions / max(warm), positions / min(warm)],
+        "ours_policy_system_positions_per_s": positions / float(np.median(system_times)),
         "torch_one_forward_per_game_positions_per_s": positions / t_torch,
         "torch_min_max": [positions / max(torch_times), positions / min(torch_times)],
-        "ratio_ours_over_torch": t_torch / t_warm,
+        "ratio_ours_over_torch": float(np.median(ratios)),
+        "ratio_min_max": [min(ratios), max(ratios)],
         "ratio_with_compile": t_torch / t_cold,
         "max_abs_logprob_diff_vs_torch": diff,
         "rounds": args.rounds,
@@ -180,16 +218,33 @@ def main() -> None:
     parser.add_argument("--torch", action="store_true", help="compare with PyTorch (torch extra)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds for --torch")
     parser.add_argument(
+        "--cpus",
+        type=int,
+        default=0,
+        help="pin the process to this many CPUs before JAX and torch start (0: all it may use)",
+    )
+    parser.add_argument(
         "--torch_threads",
         type=int,
-        default=1,
-        help="torch intra-op threads for --torch (1: on a loaded machine OpenMP barriers starve; 0: default)",
+        default=0,
+        help="torch intra-op threads for --torch (0: one per CPU the process uses, like XLA)",
+    )
+    parser.add_argument(
+        "--compile_cache",
+        default=None,
+        help="JAX persistent compilation cache dir for --torch (a second run's cold pass then "
+        "loads programs instead of compiling; default: none, every cold pass compiles)",
     )
     args = parser.parse_args()
-    if args.torch and args.torch_threads > 0:
+    args.cpus_used = restrict_cpus(args.cpus)
+    if args.compile_cache:
+        from allie_jax.engine.compile_cache import enable_compilation_cache
+
+        enable_compilation_cache(args.compile_cache)
+    if args.torch:
         import torch
 
-        torch.set_num_threads(args.torch_threads)
+        torch.set_num_threads(args.torch_threads or args.cpus_used)
     if args.torch:
         print(json.dumps(run_torch(args), indent=2))
         return

@@ -58,7 +58,9 @@ _STOCKFISH_POSITIONS = flags.DEFINE_integer(
     "stockfish_positions", 200, "Positions analysed by Stockfish."
 )
 _STOCKFISH_NODES = flags.DEFINE_integer("stockfish_nodes", 20_000, "Stockfish nodes per position.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 16, "Games per causal pass.")
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size", 16, "Causal pass size: batch_size x 64 tokens of packed games per device call."
+)
 _SEARCH_BATCH_SIZE = flags.DEFINE_integer("search_batch_size", 64, "Positions per search batch.")
 _CALIBRATION_PGN = flags.DEFINE_string(
     "calibration_pgn", None, "PGN of games played by systems (launch.match) for skill calibration."
@@ -91,6 +93,12 @@ _COORDINATOR = flags.DEFINE_string(
 )
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "With --coordinator_address.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "With --coordinator_address.")
+_COMPILE_CACHE = flags.DEFINE_string(
+    "compile_cache",
+    None,
+    "JAX persistent compilation cache directory, so a second run skips compiling the model "
+    "passes (default: $ALLIE_JAX_CACHE_DIR or ~/.cache/allie_jax/jax); 'none' turns it off.",
+)
 _REPORT_ONLY = flags.DEFINE_string(
     "report_only", None, "Build the report from this records directory (no model is run)."
 )
@@ -169,6 +177,13 @@ def _run() -> dict | None:
             num_processes=_NUM_PROCESSES.value,
             process_id=_PROCESS_ID.value,
         )
+    if (_COMPILE_CACHE.value or "").lower() != "none":
+        from allie_jax.engine.compile_cache import enable_compilation_cache
+
+        try:
+            enable_compilation_cache(_COMPILE_CACHE.value)
+        except OSError as exc:  # the run still works, it only compiles again next time
+            print(f"warning: {exc}; compiling without a persistent cache", file=sys.stderr)
     sp = _SEARCH_POSITIONS.value.strip()
     if sp != "all" and not sp.isdigit():
         raise ValueError(f"--search_positions={sp!r} must be a count or 'all'")

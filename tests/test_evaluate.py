@@ -241,10 +241,11 @@ def test_launch_evaluate_command(checkpoint, sample_pgn, tmp_path):
     cmd = [
         sys.executable, "-m", "launch.evaluate", f"--checkpoint={checkpoint}",
         f"--games={sample_pgn}", f"--output={out}", "--systems=policy,greedy",
-        "--max_games=8", "--random_games=3",
+        "--max_games=8", "--random_games=3", f"--compile_cache={tmp_path / 'jax-cache'}",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert any((tmp_path / "jax-cache").iterdir())  # compiled programs kept for the next run
     report = json.loads((out / "report.json").read_text())
     for key in REPO_KEYS:
         assert key in report

@@ -68,7 +68,7 @@ class EvalConfig:
     search_positions: int | str = 2000  # search subsample size over the input, or "all"
     search_batch_size: int = 64  # fewer, larger batches: fewer search programs to compile
     random_games: int = 100  # random legal games for the out-of-distribution legality check
-    batch_size: int = 16  # games per causal pass
+    batch_size: int = 16  # causal pass: batch_size × 64 tokens (games packed) per device call
     min_ply: int = 10  # move matching skips the first 5 moves (10 plies) ...
     min_clock: float = 30.0  # ... and moves made with less than 30 s on the mover's clock
     resign_value: float = -0.9

@@ -4,9 +4,17 @@ reference the released evaluator used, kept for the benchmark and the equivalenc
 A decoder's output at token t depends only on tokens ≤ t, so a single pass over
 ``[header, m1 .. mN]`` yields the prediction for every position i at index ``header_len − 1 + i``;
 re-running the model once per prefix (the released design) computes the same numbers N times
-more slowly. Games are batched by length into a few padded shapes (multiples of ``bucket``) so
-jit compiles a handful of programs, and the padding never reaches the real tokens: it is causal
-and carries segment id 0.
+more slowly.
+
+The pass is packed (``CausalScorer.score``): the per-token layers (embedding, projections, MLP,
+heads: nearly all the work) run on the games' tokens laid end to end in one flat row of
+``tokens_per_call`` tokens, with no padding between games; only attention runs on per-game rows,
+each game at offset 0 of a row whose width is a power-of-two multiple of 128 (``row_widths``).
+So a game's numbers depend on the game alone, not on which games share its call: a per-token
+layer computes each token's row the same way whatever the other rows hold, and a game's attention
+row is the same data in any call, its padding masked to exact zeros. The same game scores the
+same bits in any chunk or shard (tests/test_scoring.py checks it against one-game calls and
+the padded one-row-per-game pass). A few call shapes (one per row width) means few compilations.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from flax import nnx
 
 from allie_jax import vocab
 from allie_jax.game import Game, denormalize_think_time, encode_game
+from allie_jax.model import attention
 
 
 @dataclasses.dataclass
@@ -53,21 +62,116 @@ def num_positions(num_tokens: int, header_len: int) -> int:
 
 @functools.partial(jax.jit, static_argnums=0)
 def _forward(graphdef, state, tokens, segment_ids):
-    """Log-probabilities, value and think time at every token (one program per model structure
-    and shape, shared by every scorer of the process)."""
+    """Log-probabilities, value and think time at every token of padded rows (the per-prefix
+    reference's pass; one program per model structure and shape, shared by every scorer)."""
     m = nnx.merge(graphdef, state)
     out = m(tokens, segment_ids=segment_ids, deterministic=True)
     logp = jax.nn.log_softmax(out.policy_logits.astype(jnp.float32), axis=-1)
     return logp, out.value, denormalize_think_time(out.time)
 
 
-class CausalScorer:
-    """Batched, jit-compiled causal passes of one model; see the module docstring."""
+def row_widths(max_len: int, smallest: int = 128) -> tuple[int, ...]:
+    """Attention row widths of the packed pass: ``smallest · 2^k`` below ``max_len``, then
+    ``max_len``. Widths are multiples of 64 so a game's attention sums reduce the same way in any
+    of them (padding only adds exact zeros); powers of two keep the number of shapes small."""
+    widths = []
+    w = smallest
+    while w < max_len:
+        widths.append(w)
+        w *= 2
+    return (*widths, max_len)
 
-    def __init__(self, model: nnx.Module, *, batch_size: int = 16, bucket: int = 64):
+
+@dataclasses.dataclass(frozen=True)
+class PackedCall:
+    """One device call of the packed pass: ``games`` (indices into the scored list, longest
+    first) laid end to end from token 0; attention on ``rows`` rows of ``width`` tokens."""
+
+    games: tuple[int, ...]
+    width: int
+    rows: int
+
+
+def plan_calls(
+    lengths: Sequence[int], tokens_per_call: int, widths: Sequence[int]
+) -> list[PackedCall]:
+    """Games (by token count) into calls: longest first, each call filled in order until its
+    tokens or its attention rows run out. The call's row width fits its first (longest) game;
+    its row count ``rows_per_call(width)`` depends on the width alone, so shapes repeat."""
+    if any(n > tokens_per_call or n > widths[-1] for n in lengths):
+        raise ValueError(f"a game is longer than tokens_per_call={tokens_per_call}")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    calls: list[PackedCall] = []
+    current: list[int] = []
+    used = width = rows = 0
+    for i in order:
+        n = lengths[i]
+        if current and (used + n > tokens_per_call or len(current) == rows):
+            calls.append(PackedCall(tuple(current), width, rows))
+            current, used = [], 0
+        if not current:
+            width = next(w for w in widths if w >= n)
+            rows = rows_per_call(width, tokens_per_call)
+        current.append(i)
+        used += n
+    if current:
+        calls.append(PackedCall(tuple(current), width, rows))
+    return calls
+
+
+def rows_per_call(width: int, tokens_per_call: int) -> int:
+    """Attention rows of a call: enough for games averaging a quarter of the row width, so the
+    attention work (rows · width² ≤ 4 · tokens · width) stays a small part of the call."""
+    return max(1, 4 * tokens_per_call // width)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _packed_forward(graphdef, state, tokens, positions, rows, row_segments, back):
+    """The packed pass: per-token layers (the output projection included) on ``tokens`` [N]
+    (games end to end), only the attention kernel on ``rows`` [G, L] (each entry a token index,
+    N = padding) with ``row_segments`` (1 real, 0 padding); ``back`` [N] is each token's place
+    in the rows. Returns per-token log-probabilities, value and think time."""
+    m = nnx.merge(graphdef, state)
+    g, width = rows.shape
+    x = m.embed(tokens[None], positions[None], deterministic=True)
+
+    def to_rows(a):  # [1, N, H, D] -> [G, L, H, D], padding slots zero
+        a = jnp.concatenate([a[0], jnp.zeros((1, *a.shape[2:]), a.dtype)])
+        return a[rows]
+
+    for block in m.blocks:
+        impl = block.attn.games_impl
+        impl = block.attn.resolved_impl() if impl == "auto" else impl
+        q, k, v = block.attention_inputs(x)
+        o = attention.game_attention(impl, to_rows(q), to_rows(k), to_rows(v), row_segments)
+        o = o.reshape(g * width, *o.shape[2:])[back][None]  # back to the packed tokens
+        x = block.after_attention(x, block.attn.output(o), deterministic=True)
+    out = m.heads(x)
+    logp = jax.nn.log_softmax(out.policy_logits[0].astype(jnp.float32), axis=-1)
+    return logp, out.value[0], denormalize_think_time(out.time[0])
+
+
+class CausalScorer:
+    """Batched, jit-compiled causal passes of one model; see the module docstring.
+
+    ``score`` is the packed pass (``tokens_per_call`` tokens per device call, default
+    ``max(batch_size · bucket, max_len)``); ``run_rows`` is the padded one (``batch_size`` rows
+    of a ``bucket``-multiple length), kept for the per-prefix reference.
+    """
+
+    def __init__(
+        self,
+        model: nnx.Module,
+        *,
+        batch_size: int = 16,
+        bucket: int = 64,
+        tokens_per_call: int | None = None,
+    ):
         self.batch_size = batch_size
         self.bucket = bucket
         self.max_len = min(int(model.config.max_len), vocab.MAX_SEQ_LEN)
+        self.tokens_per_call = max(tokens_per_call or batch_size * bucket, self.max_len)
+        self.widths = row_widths(self.max_len)
         self._graphdef, self._state = nnx.split(model)
 
     def padded_len(self, n: int) -> int:
@@ -88,6 +192,30 @@ class CausalScorer:
         )
         return np.asarray(logp), np.asarray(value), np.asarray(time_s)
 
+    def pack(
+        self, call: PackedCall, rows: Sequence[np.ndarray]
+    ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+        """The host arrays of one call (``_packed_forward``'s inputs) and each game's first token."""
+        n_tok = self.tokens_per_call
+        tokens = np.full(n_tok, vocab.PAD, np.int32)
+        positions = np.zeros(n_tok, np.int32)
+        index = np.full((call.rows, call.width), n_tok, np.int32)
+        segments = np.zeros((call.rows, call.width), np.int32)
+        back = np.zeros(n_tok, np.int32)
+        starts = np.zeros(len(rows), np.int64)
+        start = 0
+        for r, t in enumerate(rows):
+            n = len(t)
+            span = np.arange(n, dtype=np.int32)
+            tokens[start : start + n] = t
+            positions[start : start + n] = span
+            index[r, :n] = start + span
+            segments[r, :n] = 1
+            back[start : start + n] = r * call.width + span
+            starts[r] = start
+            start += n
+        return (tokens, positions, index, segments, back), starts
+
     def score(
         self,
         games: Sequence[Game],
@@ -95,34 +223,32 @@ class CausalScorer:
         elo_override: int | None = None,
         on_batch: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[int, PositionOutputs]]:
-        """(index into ``games``, outputs) for every game, in batch order (longest games first).
+        """(index into ``games``, outputs) for every game, in call order (longest games first).
 
-        A batch only holds games of one padded length, so a game's numbers depend on the game
-        alone, not on which games share its batch: the same game scores the same bits in any
-        chunk or shard (a longer neighbour would pad it further, which moves float rounding).
+        The next call is dispatched before this one's outputs are handed out, so the caller's
+        host work on them overlaps the device's work on the next.
         """
         encoded = [game_tokens(g, self.max_len, elo_override=elo_override) for g in games]
-        order = sorted(range(len(games)), key=lambda i: -len(encoded[i][0]))
-        batches: list[list[int]] = []
-        for i in order:
-            width = self.padded_len(len(encoded[i][0]))
-            last = batches[-1] if batches else None
-            if (
-                last
-                and len(last) < self.batch_size
-                and self.padded_len(len(encoded[last[0]][0])) == width
-            ):
-                last.append(i)
-            else:
-                batches.append([i])
-        for idx in batches:
-            logp, value, time_s = self.run_rows([encoded[i][0] for i in idx])
-            for b, i in enumerate(idx):
-                tokens, h = encoded[i]
-                rows = slice(h - 1, len(tokens))
-                yield i, PositionOutputs(logp[b, rows], value[b, rows], time_s[b, rows])
-            if on_batch is not None:
-                on_batch(len(idx))
+        calls = plan_calls([len(t) for t, _ in encoded], self.tokens_per_call, self.widths)
+        pending = None
+        for call in calls:
+            arrays, starts = self.pack(call, [encoded[i][0] for i in call.games])
+            result = _packed_forward(self._graphdef, self._state, *map(jnp.asarray, arrays))
+            if pending is not None:
+                yield from self._unpack(*pending, encoded, on_batch)
+            pending = (call, starts, result)
+        if pending is not None:
+            yield from self._unpack(*pending, encoded, on_batch)
+
+    @staticmethod
+    def _unpack(call, starts, result, encoded, on_batch):
+        logp, value, time_s = (np.asarray(x) for x in result)
+        for i, start in zip(call.games, starts, strict=True):
+            tokens, h = encoded[i]
+            rows = slice(start + h - 1, start + len(tokens))
+            yield i, PositionOutputs(logp[rows], value[rows], time_s[rows])
+        if on_batch is not None:
+            on_batch(len(call.games))
 
 
 def score_per_prefix(

@@ -191,6 +191,12 @@ class Block(nnx.Module):
         """The rest of the block once the caller has chosen the keys ``k, v`` and their mask."""
         return self._rest(x, self.attn.attend(q, k, v, mask), deterministic)
 
+    def after_attention(self, x: Array, attended: Array, deterministic: bool) -> Array:
+        """Residual and MLP once the attention output (projected, in ``x``'s layout) is known:
+        for callers that lay attention out apart from the residual stream (the evaluator's
+        packed pass runs the per-token layers on packed tokens, attention on per-game rows)."""
+        return self._rest(x, attended, deterministic)
+
     def _rest(self, x: Array, attended: Array, deterministic: bool) -> Array:
         x = x + self.dropout(attended, deterministic=deterministic)
         x = x + self.dropout(self.mlp(self.ln_2(x)), deterministic=deterministic)
