@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import pathlib
 import sys
 
 
@@ -23,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
         "~/.cache/allie_jax/jax); 'none' turns it off",
     )
     args = parser.parse_args(argv)
+    from allie_jax.data.paths import as_path, is_remote
+
     if not args.checkpoint:
         parser.error("--checkpoint DIR is required (or set ALLIE_CHECKPOINT)")
     maia = args.checkpoint.startswith("maia:")
@@ -35,12 +36,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(exc))
         if not os.path.isdir(maia_dir):
             parser.error(f"--checkpoint {args.checkpoint!r}: Maia directory {maia_dir!r} not found")
-    elif not os.path.exists(args.checkpoint):
+    elif not as_path(args.checkpoint).exists():  # local or gs:// (etils.epath)
         parser.error(f"--checkpoint {args.checkpoint!r} does not exist")
-    elif os.path.isfile(args.checkpoint):  # e.g. the released best.pt: say how to convert it
+    elif as_path(args.checkpoint).is_file():  # e.g. the released best.pt: say how to convert it
         from allie_jax.model.checkpoint import file_instead_of_directory
 
-        parser.error(file_instead_of_directory(pathlib.Path(args.checkpoint).absolute()))
+        path = as_path(args.checkpoint)
+        parser.error(file_instead_of_directory(path if is_remote(path) else path.absolute()))
 
     # stdout carries the protocol only: route library chatter (absl, JAX) to stderr
     import logging

@@ -170,6 +170,30 @@ def test_checkpoints_and_models_on_gs(gcs):
         load_model("gs://bucket/best.pt")
 
 
+def test_other_user_paths_on_gs(gcs, capsys):
+    """Evaluate's calibration PGN and the UCI engine's --checkpoint checks read gs:// paths."""
+    from etils import epath
+
+    import launch.uci
+    from allie_jax.eval.calibration import calibration_from_pgn
+    from tests.test_calibration import PGN
+
+    epath.Path("gs://bucket/cal/games.pgn").write_text(PGN)
+    table = calibration_from_pgn("gs://bucket/cal/games.pgn", ["Allie-Adaptive"])
+    assert table["Allie-Adaptive"].performance == 1693  # as from the local file
+    with pytest.raises(FileNotFoundError, match="gs://bucket/cal/none.pgn"):
+        calibration_from_pgn("gs://bucket/cal/none.pgn", ["Allie-Adaptive"])
+
+    epath.Path("gs://bucket/released/best.pt").write_bytes(b"not a zip")
+    for path, message in [
+        ("gs://bucket/none", "does not exist"),
+        ("gs://bucket/released/best.pt", "gs://bucket/released/best.pt is a PyTorch file"),
+    ]:
+        with pytest.raises(SystemExit):
+            launch.uci.main(["--checkpoint", path])
+        assert message in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_prepare_train_resume_evaluate_on_gs(gcs, tmp_path):
     """Every path on gs://: the resumed run equals a straight run bit for bit, and evaluating
@@ -235,7 +259,8 @@ def gcs_pgn_copy(tmp_path) -> pathlib.Path:
 
 @pytest.mark.slow
 def test_commands_on_gs(gcs, tmp_path):
-    """The real commands, each in its own process, with every path on gs://."""
+    """The real commands, each in its own process, with every path on gs://: prepare_data,
+    train, train again (resumes), evaluate, and the UCI engine playing from the gs:// workdir."""
     from etils import epath
 
     env = {**os.environ, **gcs.env(), "PYTHONPATH": str(REPO)}
@@ -291,3 +316,21 @@ def test_commands_on_gs(gcs, tmp_path):
     report = json.loads(epath.Path("gs://bucket/eval/report.json").read_text())
     assert report["move_accuracy"]["policy"]["overall"]["n"] > 0
     assert any(name.endswith(".png") for name in gcs.objects(prefix="eval/"))
+
+    uci = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launch.uci",
+            "--checkpoint=gs://bucket/run",
+            "--compile-cache=none",
+        ],
+        input="uci\nisready\nposition startpos\ngo movetime 50\n",
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert uci.returncode == 0, uci.stderr[-3000:]
+    assert "readyok" in uci.stdout and "bestmove" in uci.stdout

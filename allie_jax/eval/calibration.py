@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import chess.pgn
 import numpy as np
 
+from allie_jax.data.paths import as_path
 from allie_jax.pgn import open_text
 
 # dp for p = 1.00, 0.99, ..., 0.50 (FIDE table 8.1(a)); below 0.50, dp(p) = −dp(1 − p).
@@ -197,7 +198,7 @@ def system_games_from_pgn(
 
     A game between two systems counts for both (each against the other's rating).
     """
-    path = pathlib.Path(path)
+    path = as_path(path)  # local or gs:// (etils.epath); open_text reads either
     if not path.exists():
         raise FileNotFoundError(f"calibration PGN not found: {path}")
     names = set(system_names)
