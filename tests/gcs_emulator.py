@@ -193,6 +193,7 @@ class GCSEmulator:
             self.store.create_bucket(b)
         self.requests: list[tuple[str, str, str]] = []  # (method, path, user agent)
         self.unsupported: list[str] = []
+        self.statuses: list[int] = []  # the status of every response, in order
         self.uploads: dict[str, dict] = {}  # resumable upload sessions
         self._ids = itertools.count(1)
         emulator = self
@@ -272,6 +273,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(n) if n else b""
 
     def _send(self, code: int, body: bytes = b"", headers: dict | None = None) -> None:
+        self.gcs.statuses.append(code)
         self.send_response(code)
         for k, v in (headers or {}).items():
             self.send_header(k, v)

@@ -171,12 +171,23 @@ def test_checkpoints_and_models_on_gs(gcs):
 
 
 def test_other_user_paths_on_gs(gcs, capsys):
-    """Evaluate's calibration PGN and the UCI engine's --checkpoint checks read gs:// paths."""
+    """A gs:// workdir's metrics (JSONL + TensorBoard events), evaluate's calibration PGN and the
+    UCI engine's --checkpoint checks."""
     from etils import epath
 
     import launch.uci
     from allie_jax.eval.calibration import calibration_from_pgn
+    from allie_jax.train.metrics import MetricsWriter
     from tests.test_calibration import PGN
+
+    for step in (1, 2):  # a run, then its resumption: the JSONL is appended to
+        writer = MetricsWriter("gs://bucket/run")
+        writer.write(step, {"loss": 1.0 / step})
+        writer.close()
+    lines = epath.Path("gs://bucket/run/metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2]
+    events = gcs.objects(prefix="run/tensorboard/events.out.tfevents")
+    assert events and all(b"train/loss" in gcs.read("bucket", e) for e in events)
 
     epath.Path("gs://bucket/cal/games.pgn").write_text(PGN)
     table = calibration_from_pgn("gs://bucket/cal/games.pgn", ["Allie-Adaptive"])
