@@ -97,14 +97,16 @@ def _numpy_leaves(tree) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
-def test_checkpoints_and_models_on_gs(gcs):
-    """The training Checkpointer (keep-last-K with deletion, best, exact restore) and
-    save_model / load_model on gs://, with Orbax's arrays through TensorStore's gcs driver."""
+def test_checkpoints_models_and_evaluate_on_gs(gcs, tmp_path):
+    """The training Checkpointer (keep-last-K with deletion, best, exact restore),
+    save_model / load_model and evaluate on gs://, Orbax's arrays through TensorStore's gcs
+    driver."""
     import jax
     import jax.numpy as jnp
     from etils import epath
     from flax import nnx
 
+    from allie_jax.eval.evaluate import EvalConfig, evaluate
     from allie_jax.model import AllieModel, ModelConfig
     from allie_jax.model.checkpoint import (
         CheckpointError,
@@ -160,6 +162,15 @@ def test_checkpoints_and_models_on_gs(gcs):
     loaded = load_model("gs://bucket/models/tiny")
     _assert_same(flatten_params(params_dict(loaded)), flatten_params(params_dict(model)))
     assert "models/tiny/params/manifest.ocdbt" in gcs.objects(prefix="models/")
+    # evaluate: checkpoint, games and output on gs://; the report equals the local one
+    config = EvalConfig(systems=("policy",), max_games=2, plots=False)
+    report = evaluate(where, "gs://bucket/in/games.pgn.zst", "gs://bucket/eval", config)
+    local = evaluate(loaded, gcs_pgn_copy(tmp_path), tmp_path / "eval", config)
+    assert report["move_accuracy"]["policy"]["overall"]["n"] > 0
+    written = json.loads(epath.Path("gs://bucket/eval/report.json").read_text())
+    expected = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert written["move_accuracy"] == expected["move_accuracy"]
+    assert report["move_accuracy"] == local["move_accuracy"]
     agents = {agent.split("/")[0] for method, _, agent in gcs.requests if method == "POST"}
     assert "tensorstore" in agents  # the arrays went through TensorStore's own gcs driver
 

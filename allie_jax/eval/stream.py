@@ -97,11 +97,16 @@ def game_stream(
     if max_games <= 0:
         return
     n = 0
-    for game in read_games(_open(path), stats=stats):
-        yield game
-        n += 1
-        if n >= max_games:
-            return
+    source = _open(path)
+    try:
+        for game in read_games(source, stats=stats):
+            yield game
+            n += 1
+            if n >= max_games:
+                return
+    finally:  # a remote stream is ours to close (its fetcher would outlive the run otherwise)
+        if not isinstance(source, str):
+            source.close()
 
 
 def chunks(
