@@ -253,3 +253,52 @@ def jax_leaves(tree):
     import jax
 
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+@pytest.mark.slow
+def test_convert_command_on_emulated_gcs(released_ckpt, tmp_path, monkeypatch):
+    """launch.convert with input, output and --safetensors on gs:// (a local Cloud Storage
+    emulator, tests/gcs_emulator.py: real gcsfs and TensorStore clients); the model directory
+    and the safetensors file load back from gs:// with the converted parameters."""
+    import os
+
+    from etils import epath
+
+    from allie_jax.model.checkpoint import flatten_params, params_dict
+    from tests.gcs_emulator import emulated_gcs
+    from tests.test_gcs_paths import _require_gcs_extra
+
+    _require_gcs_extra()
+    pt, _ = released_ckpt
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ALLIE_JAX_CACHE", str(tmp_path / "cache"))
+    expected = flatten_params(params_dict(convert_released_allie(pt, size="tiny")))
+    with emulated_gcs() as gcs:
+        epath.Path("gs://bucket/released/best.pt").write_bytes(pt.read_bytes())
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "launch.convert",
+                "--format=allie",
+                "--input=gs://bucket/released/best.pt",
+                "--output=gs://bucket/converted",
+                "--safetensors=gs://bucket/exports/allie.safetensors",
+            ],
+            cwd=tmp_path,
+            env={**os.environ, **gcs.env(), "PYTHONPATH": str(REPO_ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "converted/params/manifest.ocdbt" in gcs.objects(prefix="converted/")
+        for model in (
+            load_model("gs://bucket/converted"),
+            load_safetensors("gs://bucket/exports/allie.safetensors"),
+        ):
+            got = flatten_params(params_dict(model))
+            assert got.keys() == expected.keys()
+            for name in expected:
+                np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+    assert not (tmp_path / "gs:").exists()
