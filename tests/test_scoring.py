@@ -109,6 +109,7 @@ def test_elo_override_reaches_the_packed_pass(tiny_model, games):
 def test_call_plan_respects_its_limits():
     widths = row_widths(512)
     assert widths == (128, 256, 512)
+    assert row_widths(300) == (128, 256, 320) and row_widths(64) == (64,)  # multiples of 64
     rng = np.random.default_rng(0)
     lengths = [int(n) for n in rng.integers(5, 513, 300)] + [512, 512, 1, 128, 129]
     calls = plan_calls(lengths, 1024, widths)
@@ -122,5 +123,5 @@ def test_call_plan_respects_its_limits():
         assert c.rows == rows_per_call(c.width, 1024) and len(c.games) <= c.rows
     shapes = {(c.width, c.rows) for c in calls}
     assert len(shapes) <= len(widths)  # one compiled program per width
-    with pytest.raises(ValueError, match="longer than tokens_per_call=256"):
+    with pytest.raises(ValueError, match="longer than tokens_per_call=256 or the widest row"):
         plan_calls([300], 256, (128, 256, 512))

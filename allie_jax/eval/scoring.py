@@ -9,7 +9,7 @@ more slowly.
 The pass is packed (``CausalScorer.score``): the per-token layers (embedding, projections, MLP,
 heads: nearly all the work) run on the games' tokens laid end to end in one flat row of
 ``tokens_per_call`` tokens, with no padding between games; only attention runs on per-game rows,
-each game at offset 0 of a row whose width is a power-of-two multiple of 128 (``row_widths``).
+each game at offset 0 of a row of 128, 256 or 512 tokens (``row_widths``).
 So a game's numbers depend on the game alone, not on which games share its call: a per-token
 layer computes each token's row the same way whatever the other rows hold, and a game's attention
 row is the same data in any call, its padding masked to exact zeros. The same game scores the
@@ -72,14 +72,19 @@ def _forward(graphdef, state, tokens, segment_ids):
 
 def row_widths(max_len: int, smallest: int = 128) -> tuple[int, ...]:
     """Attention row widths of the packed pass: ``smallest · 2^k`` below ``max_len``, then
-    ``max_len``. Widths are multiples of 64 so a game's attention sums reduce the same way in any
-    of them (padding only adds exact zeros); powers of two keep the number of shapes small."""
+    ``max_len`` rounded up to a multiple of 64.
+
+    On XLA's CPU backend a game at offset 0 of a row gives the same bits for any row width that is
+    a multiple of 64 (the padding only adds exact zeros to its sums; widths like 96 or 160 do not:
+    the softmax sums in 64-wide pieces), which tests/test_scoring.py checks against the padded
+    pass. Powers of two keep the number of shapes, hence of compilations, small.
+    """
     widths = []
     w = smallest
     while w < max_len:
         widths.append(w)
         w *= 2
-    return (*widths, max_len)
+    return (*widths, -(-max_len // 64) * 64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +104,10 @@ def plan_calls(
     tokens or its attention rows run out. The call's row width fits its first (longest) game;
     its row count ``rows_per_call(width)`` depends on the width alone, so shapes repeat."""
     if any(n > tokens_per_call or n > widths[-1] for n in lengths):
-        raise ValueError(f"a game is longer than tokens_per_call={tokens_per_call}")
+        raise ValueError(
+            f"a game is longer than tokens_per_call={tokens_per_call} or the widest row "
+            f"({widths[-1]} tokens)"
+        )
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     calls: list[PackedCall] = []
     current: list[int] = []
