@@ -338,7 +338,8 @@ def gcs_pgn_copy(tmp_path) -> pathlib.Path:
 @pytest.mark.slow
 def test_commands_on_gs(gcs, tmp_path):
     """The real commands, each in its own process, with every path on gs://: prepare_data,
-    train, train again (resumes), evaluate, and the UCI engine playing from the gs:// workdir."""
+    train, train again (resumes), evaluate, evaluate --report_only from the gs:// records, and
+    the UCI engine playing from the gs:// workdir."""
     from etils import epath
 
     env = {**os.environ, **gcs.env(), "PYTHONPATH": str(REPO)}
@@ -394,6 +395,14 @@ def test_commands_on_gs(gcs, tmp_path):
     report = json.loads(epath.Path("gs://bucket/eval/report.json").read_text())
     assert report["move_accuracy"]["policy"]["overall"]["n"] > 0
     assert any(name.endswith(".png") for name in gcs.objects(prefix="eval/"))
+    run(  # the report again, from the gs:// records alone
+        "launch.evaluate",
+        "--report_only=gs://bucket/eval/records",
+        "--output=gs://bucket/report",
+        "--filter=white_elo >= 0",
+    )
+    again = json.loads(epath.Path("gs://bucket/report/report.json").read_text())
+    assert again["move_accuracy"] == report["move_accuracy"]
 
     uci = subprocess.run(
         [
