@@ -121,7 +121,11 @@ def test_call_plan_respects_its_limits():
         assert c.width in widths and max(lengths[i] for i in c.games) <= c.width
         assert c.width == min(w for w in widths if w >= lengths[c.games[0]])
         assert c.rows == rows_per_call(c.width, 1024) and len(c.games) <= c.rows
+        assert c.tokens == 1024
     shapes = {(c.width, c.rows) for c in calls}
     assert len(shapes) <= len(widths)  # one compiled program per width
+    # games that fit one call get a call of their size (rounded up to 128), not a full one
+    (small,) = plan_calls([100, 60, 70], 1024, widths)
+    assert small.tokens == 256 and small.games == (0, 2, 1) and small.width == 128
     with pytest.raises(ValueError, match="longer than tokens_per_call=256 or the widest row"):
         plan_calls([300], 256, (128, 256, 512))

@@ -90,11 +90,12 @@ def row_widths(max_len: int, smallest: int = 128) -> tuple[int, ...]:
 @dataclasses.dataclass(frozen=True)
 class PackedCall:
     """One device call of the packed pass: ``games`` (indices into the scored list, longest
-    first) laid end to end from token 0; attention on ``rows`` rows of ``width`` tokens."""
+    first) laid end to end from token 0 of ``tokens``; attention on ``rows`` rows of ``width``."""
 
     games: tuple[int, ...]
     width: int
     rows: int
+    tokens: int
 
 
 def plan_calls(
@@ -102,12 +103,15 @@ def plan_calls(
 ) -> list[PackedCall]:
     """Games (by token count) into calls: longest first, each call filled in order until its
     tokens or its attention rows run out. The call's row width fits its first (longest) game;
-    its row count ``rows_per_call(width)`` depends on the width alone, so shapes repeat."""
+    its row count ``rows_per_call(width)`` depends on the width alone, so shapes repeat.
+    Games that fit one call get a call of their size (rounded up to 128 tokens), not a full one:
+    a small evaluation is not mostly padding."""
     if any(n > tokens_per_call or n > widths[-1] for n in lengths):
         raise ValueError(
             f"a game is longer than tokens_per_call={tokens_per_call} or the widest row "
             f"({widths[-1]} tokens)"
         )
+    tokens_per_call = min(tokens_per_call, -(-sum(lengths) // 128) * 128)
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     calls: list[PackedCall] = []
     current: list[int] = []
@@ -115,7 +119,7 @@ def plan_calls(
     for i in order:
         n = lengths[i]
         if current and (used + n > tokens_per_call or len(current) == rows):
-            calls.append(PackedCall(tuple(current), width, rows))
+            calls.append(PackedCall(tuple(current), width, rows, tokens_per_call))
             current, used = [], 0
         if not current:
             width = next(w for w in widths if w >= n)
@@ -123,7 +127,7 @@ def plan_calls(
         current.append(i)
         used += n
     if current:
-        calls.append(PackedCall(tuple(current), width, rows))
+        calls.append(PackedCall(tuple(current), width, rows, tokens_per_call))
     return calls
 
 
@@ -204,7 +208,7 @@ class CausalScorer:
         self, call: PackedCall, rows: Sequence[np.ndarray]
     ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
         """The host arrays of one call (``_packed_forward``'s inputs) and each game's first token."""
-        n_tok = self.tokens_per_call
+        n_tok = call.tokens
         tokens = np.full(n_tok, vocab.PAD, np.int32)
         positions = np.zeros(n_tok, np.int32)
         index = np.full((call.rows, call.width), n_tok, np.int32)
