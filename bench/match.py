@@ -3,6 +3,7 @@
 Self-play (default: 64 concurrent games of a random-init ``tiny``, each step one batched call)::
 
     .venv/bin/python bench/match.py [--checkpoint DIR] [--games 64] [--presets policy,search,adaptive]
+        [--shapes fixed,tight --rounds 3]
 
 Against Stockfish under a real clock, the engine as a UCI process (``launch.uci``: compiled at
 ``isready``, the clock's deadline per move), through python-chess or a UCI tournament runner
@@ -33,38 +34,56 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def self_play(args) -> None:
+    """Moves/s of batched self-play per preset and shape mode, compile included and excluded.
+
+    Each (preset, shapes) run starts from a freshly loaded Allie (nothing compiled in-process);
+    ``--rounds`` repeats the list interleaved (ABAB...) so a changing load hits every variant.
+    """
     import jax
     from flax import nnx
 
     from allie_jax.engine import Allie
-    from allie_jax.engine.match import MatchConfig, parse_spec, run_match
+    from allie_jax.engine import match as match_lib
     from allie_jax.model import AllieModel, ModelConfig
 
-    allie = (
-        Allie.load(args.checkpoint)
-        if args.checkpoint
-        else Allie(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)))
-    )
+    def fresh() -> Allie:
+        if args.checkpoint:
+            return Allie.load(args.checkpoint)
+        return Allie(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)))
+
     print(f"device: {jax.devices()[0].platform}; games: {args.games}; load: {_load()}")
-    for preset in args.presets.split(","):
-        spec = parse_spec(f"allie:{args.checkpoint or 'tiny'}:{preset}:1500")
-        cfg = MatchConfig(
-            spec,
-            spec,
-            games=args.games,
-            concurrency=args.games,
-            max_plies=args.max_plies,
-            time_control=args.tc,
-        )
-        with tempfile.TemporaryDirectory() as tmp:
-            t = time.perf_counter()
-            r = run_match(cfg, output=os.path.join(tmp, "bench.pgn"), allie_loader=lambda _: allie)
-            wall = time.perf_counter() - t
-        print(
-            f"{preset}: plies {r.plies}; wall {wall:.1f} s (includes compilation); "
-            f"moves/s {r.plies / wall:.1f}; batched calls {r.allie_calls}; "
-            f"terminations {dict(r.terminations)}"
-        )
+    for rnd in range(args.rounds):
+        for preset in args.presets.split(","):
+            for shapes in args.shapes.split(","):
+                allie = fresh()
+                spec = match_lib.parse_spec(f"allie:{args.checkpoint or 'tiny'}:{preset}:1500")
+                cfg = match_lib.MatchConfig(
+                    spec,
+                    spec,
+                    games=args.games,
+                    concurrency=args.games,
+                    max_plies=args.max_plies,
+                    time_control=args.tc,
+                    fixed_shapes=shapes == "fixed",
+                )
+                with tempfile.TemporaryDirectory() as tmp:
+                    compile0 = match_lib._COMPILE_S[0]
+                    t = time.perf_counter()
+                    r = match_lib.run_match(
+                        cfg,
+                        output=os.path.join(tmp, "bench.pgn"),
+                        allie_loader=lambda _, a=allie: a,
+                    )
+                    wall = time.perf_counter() - t
+                    compile_s = match_lib._COMPILE_S[0] - compile0
+                print(
+                    f"round {rnd + 1} {preset} shapes={shapes}: plies {r.plies}; wall {wall:.1f} s; "
+                    f"moves/s {r.plies / wall:.1f} (compile included), "
+                    f"{r.plies / max(wall - compile_s, 1e-9):.1f} (without its {compile_s:.1f} s "
+                    f"of tracing and compiling); batched calls {r.allie_calls}; "
+                    f"terminations {dict(r.terminations)}; load {_load()}",
+                    flush=True,
+                )
 
 
 def _load() -> str:
@@ -237,6 +256,13 @@ def main() -> None:
     p.add_argument("--games", type=int, default=64)
     p.add_argument("--presets", "--preset", default="policy,search,adaptive")
     p.add_argument("--max-plies", type=int, default=200)
+    p.add_argument(
+        "--shapes",
+        default="fixed",
+        help="self-play: fixed (the engine's closed set, MatchConfig.fixed_shapes) and/or tight "
+        "(shapes follow each batch), comma-separated",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="self-play: interleaved repeats")
     p.add_argument("--tc", default="180+2")
     p.add_argument("--stockfish", default=None, help="play this UCI engine under a real clock")
     p.add_argument("--sf-elo", type=int, default=1350)

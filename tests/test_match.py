@@ -54,11 +54,23 @@ def tiny_allie() -> Allie:
     return Allie(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)))
 
 
-def test_self_play_batches_and_writes_pgn(tmp_path, tiny_allie):
+def test_self_play_batches_and_writes_pgn(tmp_path, tiny_allie, monkeypatch):
+    from allie_jax.search import searcher as searcher_lib
+
+    widths = set()  # the cache widths the games' positions were replayed at
+    replay = searcher_lib._replay
+    monkeypatch.setattr(
+        searcher_lib,
+        "_replay",
+        lambda move_ids, *a, **k: widths.add(move_ids.shape[1]) or replay(move_ids, *a, **k),
+    )
     spec = parse_spec("allie:tiny:policy:1500")
     cfg = MatchConfig(spec, spec, games=4, concurrency=4, max_plies=30, time_control="180+2")
     out = tmp_path / "games.pgn"
     result = run_match(cfg, output=out, allie_loader=lambda _: tiny_allie)
+    # the engine's closed set of shapes: games growing to 33 tokens never change the search's
+    # shapes (with shapes following each batch they crossed 8, 16 and 32, each a compile)
+    assert tiny_allie.fixed_shapes and widths == {128}
     games = read_pgn(out)
     assert len(games) == 4 == len(result.games)
     plies = [assert_legal_replay(g) for g in games]
@@ -113,3 +125,31 @@ def test_game_against_stockfish_through_launch_match(tmp_path, capsys):
     assert "SCE mean" in text and "allie-tiny-policy-1500" in text  # the calibration table
     # games are written as they finish; every round is there once
     assert sorted(g.headers["Round"] for g in games) == ["1", "2"]
+
+
+class _LambdaAllie(ScriptedAllie):
+    """Scripted moves that report an effective λ (as a searched Decision does)."""
+
+    def play(self, games, preset, rng, **kw):
+        import dataclasses
+
+        return [
+            dataclasses.replace(d, sims=8, effective_lambda=0.01 + 1e-3 * len(g.moves))
+            for d, g in zip(super().play(games, preset, rng, **kw), games, strict=True)
+        ]
+
+
+def test_pgn_comments_carry_each_searched_moves_lambda(tmp_path):
+    lam, plain = parse_spec("allie:lam:search:1500"), parse_spec("allie:plain:policy:1500")
+    players = {"lam": _LambdaAllie(), "plain": ScriptedAllie()}
+    cfg = MatchConfig(lam, plain, games=1, max_plies=6, time_control="180+2")
+    run_match(cfg, output=tmp_path / "l.pgn", allie_loader=players.__getitem__)
+    (game,) = read_pgn(tmp_path / "l.pgn")
+    nodes = list(game.mainline())
+    assert len(nodes) == 6
+    for ply, node in enumerate(nodes):
+        assert node.clock() is not None  # the clock comment survives beside it
+        if ply % 2 == 0:  # the λ side (White): its λ for the position it moved in
+            assert f"[%lambda {0.01 + 1e-3 * ply:.6g}]" in node.comment
+        else:
+            assert "%lambda" not in node.comment

@@ -9,6 +9,7 @@ import time
 
 import chess
 import jax
+import numpy as np
 import pytest
 from flax import nnx
 
@@ -62,13 +63,14 @@ def test_allie_play_is_the_searcher(model, positions, preset):
         assert all(d.sims == CHEAP["mean_sims"] for d in decisions)
 
 
-def _uci_move(allie: Allie, preset: str) -> tuple[str, int]:
+def _uci_move(allie: Allie, preset: str, *options: str) -> tuple[str, UciHandler, list[str]]:
     lines: list[str] = []
     h = UciHandler(lambda: allie, lines.append, warmup=False)
     for cmd in (
         f"setoption name Mode value {preset}",
         f"setoption name MeanSims value {CHEAP['mean_sims']}",
         f"setoption name MaxSims value {CHEAP['max_sims']}",
+        *(f"setoption name {opt}" for opt in options),
         "position startpos moves e2e4 e7e5",
         "go wtime 600000 btime 600000",
     ):
@@ -78,18 +80,64 @@ def _uci_move(allie: Allie, preset: str) -> tuple[str, int]:
         assert time.monotonic() < end, lines[-5:]
         time.sleep(0.01)
     assert h.close(60)
-    return [x for x in lines if x.startswith("bestmove")][-1].split()[1], h.last_decision.sims
+    return [x for x in lines if x.startswith("bestmove")][-1].split()[1], h, lines
+
+
+def _reported_lambda(lines: list[str]) -> float | None:
+    """The ``lambda L`` of the move's summary ``info string`` (None when absent)."""
+    (summary,) = [x for x in lines if x.startswith("info string think_time")]
+    words = summary.split()
+    return float(words[words.index("lambda") + 1]) if "lambda" in words else None
 
 
 @pytest.mark.parametrize("preset", ["adaptive", pytest.param("gumbel", marks=pytest.mark.slow)])
 def test_uci_engine_searches_under_the_preset(model, preset):
-    move, sims = _uci_move(Allie(model), preset)
+    move, h, lines = _uci_move(Allie(model), preset)
     board = chess.Board()
     board.push_uci("e2e4")
     board.push_uci("e7e5")
     assert chess.Move.from_uci(move) in board.legal_moves
     if preset == "gumbel":
-        assert sims == CHEAP["mean_sims"]
+        assert h.last_decision.sims == CHEAP["mean_sims"]
+    # the effective KL weight of the played policy reaches the user
+    lam = _reported_lambda(lines)
+    assert lam is not None and lam > 0
+    assert lam == pytest.approx(h.last_decision.effective_lambda, rel=1e-5)
+
+
+def test_uci_gumbel_c_scale_is_the_knob_and_lambda_is_reported(model):
+    """``GumbelCScale`` reaches the search, and the ``lambda`` the engine reports is the one the
+    search computed for the move it played: the same game through ``Allie.play`` with
+    ``gumbel_c_scale`` set gives the same move and λ (the UCI engine's first go draws with
+    rng = Seed · 1000003 + 1)."""
+    allie = Allie(model)
+    move, h, lines = _uci_move(allie, "gumbel", "GumbelCScale value 0.25")
+    lam = _reported_lambda(lines)
+    assert lam is not None and np.isfinite(lam) and lam > 0
+    game = Game(["e2e4", "e7e5"], 1500, 1500, h._tc, game_id="reference")
+    ref = Allie(model).play(
+        [game],
+        "gumbel",
+        1,
+        temperature=1.0,
+        gumbel_c_scale=0.25,
+        should_stop=lambda: False,  # chunked, as under the UCI clock: the same programs
+        **CHEAP,
+    )[0]
+    assert (move, h.last_decision.sims) == (ref.move, ref.sims)
+    assert lam == pytest.approx(ref.effective_lambda, rel=1e-5)
+    # bad values are refused with a message naming the option, and the knob keeps its value
+    bad: list[str] = []
+    h2 = UciHandler(lambda: allie, bad.append, warmup=False)
+    for value in ("0", "-1", "nan", "x"):
+        h2.handle(f"setoption name GumbelCScale value {value}")
+    assert len(bad) == 4 and all("bad value for GumbelCScale" in x for x in bad)
+    assert h2.options.gumbel_c_scale == 0.1
+
+
+def test_policy_move_reports_no_lambda(model):
+    _, h, lines = _uci_move(Allie(model), "policy")
+    assert _reported_lambda(lines) is None and np.isnan(h.last_decision.effective_lambda)
 
 
 @pytest.mark.slow
@@ -106,3 +154,11 @@ def test_match_runner_plays_search_presets(model, tmp_path, white, black):
     result = run_match(cfg, output=tmp_path / "m.pgn", allie_loader=lambda _: allie)
     assert len(result.games) == 2 and all(len(g.board.move_stack) == 8 for g in result.games)
     assert allie.search_stats["simulations"] > 0
+    # every searched move's PGN comment carries its effective λ
+    import chess.pgn
+
+    with open(tmp_path / "m.pgn") as f:
+        game = chess.pgn.read_game(f)
+    comments = [node.comment for node in game.mainline()]
+    assert len(comments) == 8 and all("[%clk " in c for c in comments)
+    assert all("[%lambda " in c for c in comments[0::2])  # fixed budgets: every move searched

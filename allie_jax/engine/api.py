@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import math
 import pathlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -58,7 +59,13 @@ class Prediction:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """A move chosen under a preset. ``value`` is from White's view, like ``value_white``."""
+    """A move chosen under a preset. ``value`` is from White's view, like ``value_white``.
+
+    ``effective_lambda`` is the KL weight λ the final policy is optimal for, π' = argmax_p
+    Σ p·q − λ·KL(p‖anchor): π̄'s λ_N for ``search``/``adaptive``, (q_max − q_min) /
+    ((c_visit + max N) · c_scale) for the Gumbel modes (whose knob is ``gumbel_c_scale``);
+    NaN when no simulation ran (``policy``, ``greedy``, a budget of 0, a fallback).
+    """
 
     move: str
     think_time_s: float
@@ -67,6 +74,7 @@ class Decision:
     sims: int
     policy: dict[str, float]
     note: str = ""
+    effective_lambda: float = math.nan
 
 
 def _side_to_move_value(value_white: float, board: chess.Board) -> float:
@@ -196,6 +204,16 @@ class Allie:
             raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
         return cls(load_model(path), **kwargs)
 
+    def fix_shapes(self) -> None:
+        """From now on run the closed set of shapes ``warmup`` compiles (``Searcher``'s
+        ``fixed_shapes``: two cache widths, one tree size per preset), not shapes that follow
+        each batch: a game whose prefix grows would otherwise compile the search again at every
+        cache width."""
+        if not self.fixed_shapes:
+            self.fixed_shapes = True
+            self._searchers.clear()
+            self._forward.fix_shapes()
+
     def warmup(
         self, preset: str | SearchConfig = "adaptive", batch_size: int = 1, **overrides
     ) -> int:
@@ -207,10 +225,7 @@ class Allie:
         JAX's persistent compilation cache on (``allie_jax.engine.compile_cache``), a second
         process loads these instead of compiling them.
         """
-        if not self.fixed_shapes:
-            self.fixed_shapes = True
-            self._searchers.clear()
-            self._forward.fix_shapes()
+        self.fix_shapes()
         config = make_config(preset, **overrides)
         _play_keys(0)
         calls = 1
@@ -377,6 +392,7 @@ class Allie:
             if clock.get(name) is None:
                 clock.pop(name, None)
         out = searcher.run(games, key, **clock)
+        lam = getattr(out, "effective_lambda", None)  # the board family's searcher has none
         decisions = []
         for i in range(len(games)):
             pol = np.asarray(out.policy[i])
@@ -389,6 +405,7 @@ class Allie:
                     resigned=bool(out.resign[i]),
                     sims=int(out.num_sims[i]),
                     policy={vocab.MOVES[j]: float(pol[j]) for j in ids},
+                    effective_lambda=math.nan if lam is None else float(lam[i]),
                 )
             )
         return decisions

@@ -8,7 +8,11 @@ the time it took; Allie's is the larger of its batched call's time and its human
 time (the prediction bounded by the clock as the UCI engine's HumanPacing is; with
 ``raw_think_times`` the raw prediction). Allie's search gets the clock's deadline as in the UCI
 engine. Every game has an id, so Allie's search keeps each game's KV cache between its moves.
-Games end by the rules (python-chess, draws claimed at once), by Allie's resignation, on time,
+Allie runs the UCI engine's closed set of shapes (``Allie.fix_shapes``): with shapes that follow
+each batch, a game's growing prefix compiled the search again at every cache width (8, 16, 32,
+64 over 40 plies), and each compile of ``adaptive``'s search took longer than the moves.
+Each searched Allie move's comment carries ``[%lambda L]``, the effective KL weight of its
+policy (``Decision.effective_lambda``). Games end by the rules (python-chess, draws claimed at once), by Allie's resignation, on time,
 or at ``max_plies``.
 
 Player specs are parsed by a small registry (``register_player_kind``): ``allie:`` and ``uci:``
@@ -21,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime
+import math
 import pathlib
 import time
 import uuid
@@ -175,6 +180,9 @@ class MatchConfig:
     allow_resign: bool = True
     raw_think_times: bool = False  # True: Allie spends its raw prediction and may lose on time
     uci_movetime: float | None = None  # cap a UCI engine's time per move (fast test matches)
+    # Allie runs the engine's closed set of shapes (``Allie.fix_shapes``); False: shapes follow
+    # each batch, and growing games recompile the search at every cache width
+    fixed_shapes: bool = True
 
     def __post_init__(self) -> None:
         base, _, inc = vocab.normalize_time_control(self.time_control).partition("+")
@@ -203,6 +211,7 @@ class _LiveGame:
     result: str = "*"
     termination: str = ""
     game_id: str = ""  # Allie's search keeps this game's KV cache under it
+    lambdas: dict[int, float] = dataclasses.field(default_factory=dict)  # ply -> Allie's λ
 
     def mover(self) -> PlayerSpec:
         return self.white if self.board.turn == chess.WHITE else self.black
@@ -292,7 +301,10 @@ def run_match(
     for spec in (cfg.white, cfg.black):
         if is_batched(spec) and (spec.kind, spec.checkpoint) not in allies:
             load = allie_loader if spec.kind == "allie" else PLAYER_KINDS[spec.kind].load
-            allies[(spec.kind, spec.checkpoint)] = load(spec.checkpoint)
+            player = load(spec.checkpoint)
+            if cfg.fixed_shapes and hasattr(player, "fix_shapes"):
+                player.fix_shapes()
+            allies[(spec.kind, spec.checkpoint)] = player
     run_id = uuid.uuid4().hex[:8]
     pool = _UciPool()
     out_file = open(output, "w", encoding="utf-8") if output else None  # noqa: SIM115
@@ -374,7 +386,11 @@ def run_match(
                     if not cfg.raw_think_times:
                         spent = paced_time(spent, Clock(g.clocks[side], cfg.inc_s))
                     # the same measure as a UCI engine's: the wall time that passes
+                    ply = len(g.board.move_stack)
                     _apply(g, chess.Move.from_uci(d.move), max(spent, call_s), cfg)
+                    lam = getattr(d, "effective_lambda", math.nan)
+                    if len(g.board.move_stack) > ply and math.isfinite(lam):
+                        g.lambdas[ply] = lam
             # UCI engines: in parallel, one process per game slot
             uci_slots = [s for s, g in live.items() if g.result == "*" and g.mover().kind == "uci"]
             futures = {s: threads.submit(_uci_move, pool, live[s], s, cfg) for s in uci_slots}
@@ -483,9 +499,11 @@ def _to_pgn(g: _LiveGame, cfg: MatchConfig) -> str:
     h["Termination"] = _PGN_TERMINATION.get(g.termination, "Normal")
     h["TerminationDetail"] = g.termination
     node: Any = game
-    for move, clk in zip(g.board.move_stack, g.clock_after, strict=True):
+    for ply, (move, clk) in enumerate(zip(g.board.move_stack, g.clock_after, strict=True)):
         node = node.add_variation(move)
         node.set_clock(float(max(0, int(clk))))  # whole seconds, as Lichess writes them
+        if ply in g.lambdas:  # Allie's searched move: the KL weight its policy is optimal for
+            node.comment = f"{node.comment} [%lambda {g.lambdas[ply]:.6g}]".strip()
     return str(game)
 
 

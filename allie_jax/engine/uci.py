@@ -26,6 +26,9 @@ Design choices that matter to GUIs and bots:
   standard start, so from a FEN the engine plays from the policy.
 * Allie predicts a result (tanh, White's view), not draw odds: ``score cp`` maps the mover's value
   with Lc0's curve and ``wdl`` reports w = (1+v)/2, d = 0, l = (1−v)/2 per mille.
+* After each searched move, the summary ``info string ... sims N lambda L`` gives the effective
+  KL weight λ the played policy is optimal for (``Decision.effective_lambda``); ``GumbelCScale``
+  is the Gumbel modes' knob (λ ∝ 1 / c_scale).
 * Resignation is a decision, not a move: with ``AllowResign`` the engine sends
   ``info string resign`` before its ``bestmove`` (the Python API returns ``Decision.resigned``).
 """
@@ -70,6 +73,7 @@ class Options:
     mode: str = "adaptive"
     mean_sims: int = 50
     max_sims: int = 200
+    gumbel_c_scale: float = 0.1  # the Gumbel modes' KL knob: λ ∝ 1 / c_scale
     temperature: float = 1.0
     human_pacing: bool = False
     allow_resign: bool = False
@@ -117,6 +121,13 @@ def _set_temperature(o: Options, raw: str) -> None:
     o.temperature = value
 
 
+def _set_c_scale(o: Options, raw: str) -> None:
+    value = float(raw)
+    if not (math.isfinite(value) and 0.0 < value <= 1000.0):
+        raise ValueError(f"{raw!r} is not a c_scale in (0, 1000]")
+    o.gumbel_c_scale = value
+
+
 def _set_opponent(o: Options, raw: str) -> None:
     o.opponent_elo = parse_opponent(raw)
 
@@ -152,6 +163,7 @@ OPTIONS: dict[str, tuple[str, Callable[[Options, str], None]]] = {
     "MeanSims": ("type spin default 50 min 0 max 2000", _spin(0, 2000, "mean_sims")),
     "MaxSims": ("type spin default 200 min 1 max 2000", _spin(1, 2000, "max_sims")),
     "Temperature": ("type string default 1.0", _set_temperature),
+    "GumbelCScale": ("type string default 0.1", _set_c_scale),
     "HumanPacing": ("type check default false", _check("human_pacing")),
     "AllowResign": ("type check default false", _check("allow_resign")),
     "UCI_ShowWDL": ("type check default false", _check("show_wdl")),
@@ -641,6 +653,8 @@ class UciHandler:
         if preset not in ("policy", "greedy"):
             overrides["mean_sims"] = o.mean_sims
             overrides["max_sims"] = max(o.max_sims, o.mean_sims)
+        if preset.startswith("gumbel"):
+            overrides["gumbel_c_scale"] = o.gumbel_c_scale
         return preset, overrides
 
     def _decide(
@@ -717,9 +731,11 @@ class UciHandler:
                 parts.append(f"wdl {w} {dr} {lo}")
             parts.append(f"nodes {nodes} time {ms} pv {move}")
             self.send(" ".join(parts))
+        lam = getattr(d, "effective_lambda", math.nan)
         self.send(
             f"info string think_time {d.think_time_s:.2f}s value_white {d.value:.3f} "
             f"p_best {d.policy.get(d.move, 0.0):.3f} sims {d.sims}"
+            + (f" lambda {lam:.6g}" if math.isfinite(lam) else "")
         )
 
 
