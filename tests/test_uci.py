@@ -270,7 +270,10 @@ def test_eof_on_stdin_exits_cleanly(checkpoint):
         stderr=subprocess.DEVNULL,
         text=True,
     )
-    out, _ = proc.communicate("uci\nisready\nposition startpos\ngo movetime 50\n", timeout=900)
+    # Mode policy: isready compiles the policy path only (the search's warm-up and restart are
+    # covered in test_aot.py and test_play_clock.py), so this stays quick on a cold CI cache
+    commands = "uci\nsetoption name Mode value policy\nisready\nposition startpos\ngo movetime 50\n"
+    out, _ = proc.communicate(commands, timeout=900)
     assert proc.returncode == 0
     assert "uciok" in out and "readyok" in out and "bestmove" in out
 
