@@ -109,19 +109,19 @@ def environment_fingerprint() -> str:
 
 
 def _leaf_signature(x: Any) -> tuple:
-    """What a compiled program fixes about one input: shape, dtype, weak type, placement."""
+    """What a compiled program fixes about one input (hashable): its abstract value (shape,
+    dtype, weak type) and placement."""
     if isinstance(x, jax.Array):
-        return (
-            tuple(x.shape),
-            str(x.dtype),
-            bool(getattr(x, "weak_type", False)),
-            str(x.sharding),
-        )
+        return (x.aval, x.sharding)
     if isinstance(x, (np.ndarray, np.generic)):
-        return (tuple(x.shape), str(x.dtype), False, "host")
+        return (tuple(x.shape), np.dtype(x.dtype), "host")
     if isinstance(x, (bool, int, float, complex)):
-        return ((), type(x).__name__, True, "host")
+        return ((), type(x).__name__, "weak")
     raise _Unstorable(f"input of type {type(x).__name__}")
+
+
+_MEMO_MIN_LEAVES = 16  # arguments this large (parameters) have their signature memoised
+_MEMO_SIZE = 32
 
 
 def _stable_repr(value: Any) -> str:
@@ -154,6 +154,7 @@ class ExecutableStore:
         self._environment: str | None = None
         self._directory: pathlib.Path | None = None
         self.stats: collections.Counter = collections.Counter()
+        self._memo: dict[int, tuple[Any, tuple]] = {}
 
     @property
     def environment(self) -> str:
@@ -185,15 +186,30 @@ class ExecutableStore:
         except OSError as exc:  # another process pruning at the same time, a read-only dir
             log.debug("aot: pruning %s: %s", self.path, exc)
 
+    def _argument_signature(self, value: Any) -> tuple:
+        """(tree structure, leaf signatures) of one argument. A large argument (a model's
+        parameters, passed as the same object call after call) is memoised by identity: were it
+        changed in place to other shapes, the loaded executable refuses it and the call falls
+        back to ``jax.jit``, so a stale signature costs speed, never a wrong program."""
+        memo = self._memo.get(id(value))
+        if memo is not None and memo[0] is value:
+            return memo[1]
+        leaves, treedef = jax.tree.flatten(value)
+        signature = (treedef, tuple(_leaf_signature(x) for x in leaves))
+        if len(leaves) >= _MEMO_MIN_LEAVES:
+            with self._lock:
+                self._memo[id(value)] = (value, signature)  # holds it: the id stays its own
+                while len(self._memo) > _MEMO_SIZE:
+                    self._memo.pop(next(iter(self._memo)))
+        return signature
+
     def call(self, fn: AotFunction, args: tuple, kwargs: dict) -> Any:
         try:
             static, dynamic = fn.split(args, kwargs)
-            leaves, treedef = jax.tree.flatten(dynamic)
             memory_key = (
                 fn.name,
                 tuple(sorted(static.items())),
-                treedef,
-                tuple(_leaf_signature(x) for x in leaves),
+                tuple((k, self._argument_signature(v)) for k, v in dynamic.items()),
             )
         except (_Unstorable, TypeError) as exc:  # unhashable statics, odd inputs: plain jit
             log.debug("aot: %s runs through jax.jit (%s)", fn.name, exc)
@@ -220,8 +236,10 @@ class ExecutableStore:
                     self.environment,
                     fn.name,
                     *(f"{k}={_stable_repr(v)}" for k, v in sorted(static.items())),
-                    str(memory_key[2]),
-                    repr(memory_key[3]),
+                    *(
+                        f"{k}: {treedef} {_stable_repr(leaves)}"
+                        for k, (treedef, leaves) in memory_key[2]
+                    ),
                 ]
             )
         except _Unstorable as exc:
