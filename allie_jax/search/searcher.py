@@ -109,6 +109,14 @@ def _prefill(graphdef, params, tokens, cache: KVCache, num_new):
     return jax.tree.map(pick, out), cache
 
 
+@aot.jit
+def _split_rows(k, v):
+    """Each row's keys/values ([L, M, H, D]) as its own array, all in one call: slicing the
+    rows one by one dispatched 2·B small ops per move (~0.7 ms each on CPU: about 45 ms of a
+    32-game move with the small model)."""
+    return tuple(k[:, i] for i in range(k.shape[1])), tuple(v[:, i] for i in range(v.shape[1]))
+
+
 @functools.partial(aot.jit, static_argnames=("rules",))
 def _replay(move_ids, lengths, rules):
     state = chess_jax.replay(move_ids, lengths, rules)
@@ -545,10 +553,11 @@ class Searcher:
         )
         real = np.array([k is not None for k in keys])
         self.stats["prefill_tokens"] += int(num_new[real].sum())
+        row_k, row_v = _split_rows(cache.k, cache.v) if real.any() else ((), ())
         for i, (key, toks) in enumerate(zip(keys, token_rows, strict=True)):
             if key is None:
                 continue
-            self._rows[key] = _CachedRow(toks, cache.k[:, i], cache.v[:, i])
+            self._rows[key] = _CachedRow(toks, row_k[i], row_v[i])
             self._rows.move_to_end(key)
         while len(self._rows) > self.cache_games:
             self._rows.popitem(last=False)

@@ -16,7 +16,8 @@ exactly the tree stock ``mctx.search(num_simulations=b)`` builds (tested):
    plies is essentially never reached.
 
 Node values follow mctx's two-player convention: ``node_values`` from the view of the player
-to move at the node, every edge with reward 0 and discount −1, so Q(s, a) = −V(child).
+to move at the node, every edge with reward 0 and discount −1, so Q(s, a) = −V(child) (the
+tree stores that reward and discount once per node, shape [B, N, 1], see ``init_tree``).
 New nodes are numbered by simulation (node ``sim + 1``), so a revisit leaves its slot unused.
 
 The expand function receives the parent's payload store and the node indices of the parent's
@@ -80,11 +81,19 @@ def init_tree(
         "depth": jnp.zeros((batch,), jnp.int32),
         "frozen": jnp.asarray(root.terminal, bool),
     }
-    return mctx_search.instantiate_tree_from_root(
+    tree = mctx_search.instantiate_tree_from_root(
         mctx.RootFnOutput(prior_logits=root.prior_logits, value=root.value, embedding=embeddings),
         num_nodes - 1,
         root_invalid_actions=jnp.zeros_like(root.prior_logits),
         extra_data={"c_puct": jnp.asarray(c_puct, jnp.float32), **(extra_data or {})},
+    )
+    # Every edge has reward 0 and discount −1: stored once per node ([B, N, 1], broadcast over
+    # actions by mctx's ``qvalues``) instead of two [B, N, A] arrays, a third of the tree's
+    # memory that each move allocated, filled and never read differently.
+    edge = (batch, num_nodes, 1)
+    dtype = tree.children_values.dtype
+    return tree.replace(
+        children_rewards=jnp.zeros(edge, dtype), children_discounts=jnp.full(edge, -1.0, dtype)
     )
 
 
@@ -277,8 +286,6 @@ def run_simulations(
             node_visits=visits,
             embeddings=embeddings,
             children_index=put(tree.children_index, new, parent_w, action),
-            children_rewards=put(tree.children_rewards, 0.0, parent_w, action),
-            children_discounts=put(tree.children_discounts, -1.0, parent_w, action),
             parents=put(tree.parents, node, write),
             action_from_parent=put(tree.action_from_parent, action, write),
         )
