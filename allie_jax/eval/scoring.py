@@ -14,7 +14,9 @@ So a game's numbers depend on the game alone, not on which games share its call:
 layer computes each token's row the same way whatever the other rows hold, and a game's attention
 row is the same data in any call, its padding masked to exact zeros. The same game scores the
 same bits in any chunk or shard (tests/test_scoring.py checks it against one-game calls and
-the padded one-row-per-game pass). A few call shapes (one per row width) means few compilations.
+the padded one-row-per-game pass, on the CPU backend; on GPU/TPU, whose kernels may change with
+the call's shape, this has not been checked). A few call shapes (one per row width) means few
+compilations.
 """
 
 from __future__ import annotations
