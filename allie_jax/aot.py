@@ -20,6 +20,7 @@ an executable runs code.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -155,6 +156,14 @@ class ExecutableStore:
         self._directory: pathlib.Path | None = None
         self.stats: collections.Counter = collections.Counter()
         self._memo: dict[int, tuple[Any, tuple]] = {}
+        # one writer thread; its pending writes finish before the interpreter exits
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aot-write")
+        self._writes: list[concurrent.futures.Future] = []
+
+    def flush(self) -> None:
+        """Wait until every entry compiled so far is on disk."""
+        while self._writes:
+            self._writes.pop(0).result()
 
     @property
     def environment(self) -> str:
@@ -257,7 +266,7 @@ class ExecutableStore:
                 if hits:  # JAX's cache answered: that copy cannot be serialized again
                     self.stats["not_stored"] += 1
                 else:
-                    self._write(file, key_text, compiled)
+                    self._store(file, key_text, compiled)
             entry = _Entry(compiled, key_text)
         with self._lock:
             self._memory[memory_key] = entry
@@ -284,7 +293,9 @@ class ExecutableStore:
         self.stats["loaded"] += 1
         return compiled
 
-    def _write(self, file: pathlib.Path, key_text: str, compiled: Any) -> None:
+    def _store(self, file: pathlib.Path, key_text: str, compiled: Any) -> None:
+        """Serialize now (before the executable first runs: XLA CPU's sort, once run, could no
+        longer be serialized: "`LessThan` is not serializable"), write in the writer thread."""
         from jax.experimental import serialize_executable
 
         try:
@@ -296,15 +307,24 @@ class ExecutableStore:
                 "in_tree": in_tree,
                 "out_tree": out_tree,
             }
+            data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # the executable still serves this process
+            log.warning("aot: could not store %s (%s: %s)", file, type(exc).__name__, exc)
+            self.stats["write_errors"] += 1
+            return
+        self._writes.append(self._writer.submit(self._write, file, data))
+
+    def _write(self, file: pathlib.Path, data: bytes) -> None:
+        try:
             fd, tmp = tempfile.mkstemp(dir=file.parent, suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    pickle.dump(record, f, protocol=pickle.HIGHEST_PROTOCOL)
+                    f.write(data)
                 os.replace(tmp, file)  # readers see the whole entry or none
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
-        except Exception as exc:  # the executable still serves this process
+        except OSError as exc:  # the executable still serves this process
             log.warning("aot: could not store %s (%s: %s)", file, type(exc).__name__, exc)
             self.stats["write_errors"] += 1
 
@@ -353,12 +373,16 @@ def enable_store(path: str | os.PathLike) -> ExecutableStore:
     """Route every ``aot.jit`` function through a store at ``path`` (process-wide)."""
     global _STORE
     if _STORE is None or _STORE.path != pathlib.Path(path):
+        disable_store()
         _STORE = ExecutableStore(path)
     return _STORE
 
 
 def disable_store() -> None:
+    """Back to plain ``jax.jit`` (after the current store's pending writes)."""
     global _STORE
+    if _STORE is not None:
+        _STORE.flush()
     _STORE = None
 
 

@@ -71,6 +71,7 @@ def test_second_store_loads_instead_of_tracing(tmp_path):
         _step(*_inputs(), scale=5)
         _step(*_inputs(), jnp.asarray([True, False, True, True]), scale=5)
         assert second.stats["compiled"] == 3
+        second.flush()
         assert len(list(second.directory.glob("*.exe"))) == 4
     finally:
         aot.disable_store()
@@ -80,12 +81,14 @@ def test_damaged_or_mismatched_entries_are_replaced(tmp_path):
     try:
         first = _fresh(tmp_path / "exe")
         _step(*_inputs(), scale=3)
+        first.flush()
         (entry,) = first.directory.glob("*.exe")
         entry.write_bytes(entry.read_bytes()[:100])  # truncated
         second = _fresh(tmp_path / "exe")
         got = jax.device_get(_step(*_inputs(), scale=3))
         np.testing.assert_array_equal(got["y"], _reference()["y"])
         assert second.stats["bad_entries"] == 1 and second.stats["compiled"] == 1
+        second.flush()
         # an entry whose key text differs (e.g. a hash collision) is not trusted either
         record = pickle.loads(entry.read_bytes())
         record["key"] = record["key"].replace("scale=3", "scale=4")
@@ -93,6 +96,7 @@ def test_damaged_or_mismatched_entries_are_replaced(tmp_path):
         third = _fresh(tmp_path / "exe")
         _step(*_inputs(), scale=3)
         assert third.stats["bad_entries"] == 1 and third.stats["compiled"] == 1
+        third.flush()
         assert not list(third.directory.glob("*.tmp"))
     finally:
         aot.disable_store()
@@ -107,6 +111,7 @@ def test_environment_change_uses_a_new_directory_and_prunes_old_ones(tmp_path, m
             _step(*_inputs(), scale=3)
             assert store.stats["compiled"] == 1  # nothing from another environment is used
             dirs.append(store.directory)
+            store.flush()  # an entry written later would touch the directory's mtime
             # distinct mtimes even on coarse filesystems
             os.utime(store.directory, (1000.0 + i, 1000.0 + i))
         left = sorted(p for p in (tmp_path / "exe").iterdir())
@@ -212,6 +217,6 @@ def test_an_executable_from_jaxs_cache_is_not_stored_broken(tmp_path):
         assert out.returncode == 0, out.stderr[-2000:]
         line = next(ln for ln in out.stdout.splitlines() if ln.startswith("OUT"))
         values, got = line[4:].split("] ", 1)
-        assert eval(got) == stats
+        assert eval(got) == stats, out.stderr[-3000:]
         expected = expected or values
         assert values == expected
