@@ -199,7 +199,9 @@ def test_path_forward_equals_full_pass(tiny_model):
 
 def test_adaptive_sorted_row_buckets_change_nothing(tiny_model, monkeypatch):
     """Sorting rows by budget and running the model only on the still-active prefix (row
-    buckets) gives the same trees, policies and moves as evaluating every row every step."""
+    buckets), reading only the first ``SHORT_PATH`` path slots when every path fits, gives the
+    same trees, policies and moves as evaluating every row and every slot every step."""
+    from allie_jax.search import evaluator
     from allie_jax.search import searcher as searcher_module
 
     config = SearchConfig(mode="adaptive", max_sims=64)
@@ -213,6 +215,7 @@ def test_adaptive_sorted_row_buckets_change_nothing(tiny_model, monkeypatch):
     assert len(set(bucketed.num_sims.tolist())) > 2, bucketed.num_sims  # budgets really differ
     assert searcher_module.row_buckets(4, "adaptive") == (4, 2, 1)
     monkeypatch.setattr(searcher_module, "row_buckets", lambda batch, mode: (batch,))
+    monkeypatch.setattr(evaluator, "SHORT_PATH", config.max_path)  # always every slot
     plain = Searcher(tiny_model, config).run(games, 3)
     np.testing.assert_array_equal(bucketed.num_sims, plain.num_sims)
     np.testing.assert_array_equal(bucketed.visit_counts, plain.visit_counts)

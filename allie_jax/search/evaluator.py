@@ -19,9 +19,10 @@ of the new token into the same stores, so XLA copied both whole [B, N, L, heads,
 twice per step (4 x 77 MB at batch 32 with a 124M model: 77 -> 65 ms per step).
 
 Rows that ran out of simulations (``num_active``: rows at or past it are idle this step) skip
-the model and the chess rules (move, legal mask, outcome): ``row_buckets`` lists the batch sizes compiled (a ``lax.switch`` picks the smallest
-that covers the active rows). With rows sorted by budget, late steps of a mixed-budget batch
-then cost what their few active games cost.
+the model and the chess rules (move, legal mask, outcome): ``row_buckets`` lists the batch sizes
+compiled (a ``lax.switch`` picks the smallest that covers the active rows). With rows sorted by
+budget, late steps of a mixed-budget batch then cost what their few active games cost. The
+same switch reads only the first ``SHORT_PATH`` path slots when every active row's path fits.
 
 Values: the value head is White's view; the tree wants the view of the player to move at the
 node, so v = value_white if White is to move else −value_white. A terminal node (chess_jax's
@@ -159,6 +160,12 @@ def path_forward(model: Any, action, root: RootKV, path_nodes, path_len, store_k
     return model.heads(x), jnp.stack(new_k, 1), jnp.stack(new_v, 1)
 
 
+# Path slots a step's evaluation reads when every active row's path fits (depth ≤ 8 below the
+# root, nearly always within 200 simulations): gathering all ``max_path`` slots per row and
+# splitting them per layer moved ~4x the bytes the path holds.
+SHORT_PATH = 8
+
+
 def make_model_expand(model: Any, root_cache: KVCache, row_buckets: tuple[int, ...] | None = None):
     """The ``tree_search.ExpandFn`` of a model (call inside jit; ``model`` is an AllieModel).
 
@@ -171,15 +178,16 @@ def make_model_expand(model: Any, root_cache: KVCache, row_buckets: tuple[int, .
     if buckets[0] != batch or list(buckets) != sorted(buckets, reverse=True):
         raise ValueError(f"row_buckets={buckets} must descend from the batch size {batch}")
 
-    def evaluate(size, store_k, store_v, path_nodes, path_len, action, state):
-        # the rules (move, legal mask, outcome) and the model run on the first ``size`` rows only
+    def evaluate(size, width, store_k, store_v, path_nodes, path_len, action, state):
+        # the rules (move, legal mask, outcome) and the model run on the first ``size`` rows
+        # only, reading the first ``width`` path slots
         state = jax.tree.map(lambda x: x[:size], state)
         child = chess_jax.apply(state, action[:size])
         out, k, v = path_forward(
             model,
             action[:size],
             root,
-            path_nodes[:size],
+            path_nodes[:size, :width],
             path_len[:size],
             store_k,
             store_v,
@@ -196,12 +204,20 @@ def make_model_expand(model: Any, root_cache: KVCache, row_buckets: tuple[int, .
         rows = jnp.arange(parent.shape[0])
         state = jax.tree.map(lambda x: x[rows, parent], payloads["state"])
         args = (payloads["k"], payloads["v"], path_nodes, path_len, action, state)
-        if len(buckets) == 1 or num_active is None:
-            return evaluate(batch, *args)
+        max_path = path_nodes.shape[1]
+        widths = (SHORT_PATH, max_path) if max_path > SHORT_PATH else (max_path,)
+        if num_active is None:
+            num_active = parent.shape[0]
         # smallest bucket >= num_active: buckets descend, so count those that still cover it
-        index = jnp.sum(jnp.asarray(buckets) >= num_active) - 1
-        branches = [functools.partial(evaluate, size) for size in buckets]
-        return jax.lax.switch(index, branches, *args)
+        bucket = jnp.sum(jnp.asarray(buckets) >= num_active) - 1
+        longest = jnp.max(jnp.where(rows < num_active, path_len, 0))
+        wide = (longest > SHORT_PATH).astype(jnp.int32) if len(widths) > 1 else 0
+        branches = [
+            functools.partial(evaluate, size, width) for size in buckets for width in widths
+        ]
+        if len(branches) == 1:
+            return branches[0](*args)
+        return jax.lax.switch(bucket * len(widths) + wide, branches, *args)
 
     return expand
 
