@@ -3,7 +3,7 @@
 Self-play (default: 64 concurrent games of a random-init ``tiny``, each step one batched call)::
 
     .venv/bin/python bench/match.py [--checkpoint DIR] [--games 64] [--presets policy,search,adaptive]
-        [--shapes fixed,tight --rounds 3]
+        [--shapes auto,fixed,tight --rounds 3]
 
 Against Stockfish under a real clock, the engine as a UCI process (``launch.uci``: compiled at
 ``isready``, the clock's deadline per move), through python-chess or a UCI tournament runner
@@ -64,7 +64,7 @@ def self_play(args) -> None:
                     concurrency=args.games,
                     max_plies=args.max_plies,
                     time_control=args.tc,
-                    fixed_shapes=shapes == "fixed",
+                    fixed_shapes={"fixed": True, "tight": False}.get(shapes),
                 )
                 with tempfile.TemporaryDirectory() as tmp:
                     compile0 = match_lib._COMPILE_S[0]
@@ -258,9 +258,9 @@ def main() -> None:
     p.add_argument("--max-plies", type=int, default=200)
     p.add_argument(
         "--shapes",
-        default="fixed",
-        help="self-play: fixed (the engine's closed set, MatchConfig.fixed_shapes) and/or tight "
-        "(shapes follow each batch), comma-separated",
+        default="auto",
+        help="self-play: auto (MatchConfig's default: fixed for adaptive presets), fixed (the "
+        "engine's closed set) and/or tight (shapes follow each batch), comma-separated",
     )
     p.add_argument("--rounds", type=int, default=1, help="self-play: interleaved repeats")
     p.add_argument("--tc", default="180+2")

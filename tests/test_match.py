@@ -65,7 +65,9 @@ def test_self_play_batches_and_writes_pgn(tmp_path, tiny_allie, monkeypatch):
         lambda move_ids, *a, **k: widths.add(move_ids.shape[1]) or replay(move_ids, *a, **k),
     )
     spec = parse_spec("allie:tiny:policy:1500")
-    cfg = MatchConfig(spec, spec, games=4, concurrency=4, max_plies=30, time_control="180+2")
+    cfg = MatchConfig(
+        spec, spec, games=4, concurrency=4, max_plies=30, time_control="180+2", fixed_shapes=True
+    )
     out = tmp_path / "games.pgn"
     result = run_match(cfg, output=out, allie_loader=lambda _: tiny_allie)
     # the engine's closed set of shapes: games growing to 33 tokens never change the search's
@@ -80,6 +82,21 @@ def test_self_play_batches_and_writes_pgn(tmp_path, tiny_allie, monkeypatch):
     for g in games:
         assert g.headers["TimeControl"] == "180+2" and g.headers["WhiteElo"] == "1500"
         assert g.headers["Result"] in ("1-0", "0-1", "1/2-1/2")
+
+
+def test_adaptive_presets_fix_the_shapes_by_default():
+    from allie_jax.engine.match import _fixes_shapes
+
+    def cfg(white, black, **kw):
+        return MatchConfig(parse_spec(white), parse_spec(black), **kw)
+
+    adaptive, search = "allie:a:adaptive:1500", "allie:a:search:1500"
+    other = "allie:b:search:1500"
+    assert _fixes_shapes(cfg(adaptive, search), parse_spec(search))  # one Allie for both
+    assert not _fixes_shapes(cfg(adaptive, other), parse_spec(other))
+    assert not _fixes_shapes(cfg(search, search), parse_spec(search))
+    assert _fixes_shapes(cfg(search, search, fixed_shapes=True), parse_spec(search))
+    assert not _fixes_shapes(cfg(adaptive, adaptive, fixed_shapes=False), parse_spec(adaptive))
 
 
 def test_colours_alternate_time_forfeit_and_resignation(tmp_path):

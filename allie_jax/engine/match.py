@@ -8,9 +8,12 @@ the time it took; Allie's is the larger of its batched call's time and its human
 time (the prediction bounded by the clock as the UCI engine's HumanPacing is; with
 ``raw_think_times`` the raw prediction). Allie's search gets the clock's deadline as in the UCI
 engine. Every game has an id, so Allie's search keeps each game's KV cache between its moves.
-Allie runs the UCI engine's closed set of shapes (``Allie.fix_shapes``): with shapes that follow
-each batch, a game's growing prefix compiled the search again at every cache width (8, 16, 32,
-64 over 40 plies), and each compile of ``adaptive``'s search took longer than the moves.
+With a preset whose budgets vary per game (``adaptive``, ``gumbel-adaptive``), Allie runs the UCI
+engine's closed set of shapes (``Allie.fix_shapes``): with shapes that follow each batch, a
+game's growing prefix compiled the row-bucketed search again at every cache width (8, 16, 32,
+64 over 40 plies) and tree size, and each compile took longer than the moves. Equal-budget
+presets keep shapes that follow the batch (their compiles are cheap, and their tree of
+next_pow2(budget) + 1 nodes runs about twice as fast as the fixed max_sims + 1).
 Each searched Allie move's comment carries ``[%lambda L]``, the effective KL weight of its
 policy (``Decision.effective_lambda``). Games end by the rules (python-chess, draws claimed at once), by Allie's resignation, on time,
 or at ``max_plies``.
@@ -180,9 +183,9 @@ class MatchConfig:
     allow_resign: bool = True
     raw_think_times: bool = False  # True: Allie spends its raw prediction and may lose on time
     uci_movetime: float | None = None  # cap a UCI engine's time per move (fast test matches)
-    # Allie runs the engine's closed set of shapes (``Allie.fix_shapes``); False: shapes follow
-    # each batch, and growing games recompile the search at every cache width
-    fixed_shapes: bool = True
+    # Allie on the engine's closed set of shapes (``Allie.fix_shapes``): None = when a side's
+    # preset has per-game budgets (adaptive modes); True/False = always/never
+    fixed_shapes: bool | None = None
 
     def __post_init__(self) -> None:
         base, _, inc = vocab.normalize_time_control(self.time_control).partition("+")
@@ -285,6 +288,18 @@ def _header_elos(g: _LiveGame) -> tuple[int | None, int | None]:
     return we, be
 
 
+def _fixes_shapes(cfg: MatchConfig, spec: PlayerSpec) -> bool:
+    """Whether this player's Allie runs fixed shapes (see ``MatchConfig.fixed_shapes``)."""
+    if cfg.fixed_shapes is not None:
+        return cfg.fixed_shapes
+    from allie_jax.search.config import ADAPTIVE_MODES
+
+    same = [
+        s for s in (cfg.white, cfg.black) if (s.kind, s.checkpoint) == (spec.kind, spec.checkpoint)
+    ]
+    return any(s.preset in ADAPTIVE_MODES for s in same)
+
+
 def run_match(
     cfg: MatchConfig,
     *,
@@ -302,7 +317,7 @@ def run_match(
         if is_batched(spec) and (spec.kind, spec.checkpoint) not in allies:
             load = allie_loader if spec.kind == "allie" else PLAYER_KINDS[spec.kind].load
             player = load(spec.checkpoint)
-            if cfg.fixed_shapes and hasattr(player, "fix_shapes"):
+            if _fixes_shapes(cfg, spec) and hasattr(player, "fix_shapes"):
                 player.fix_shapes()
             allies[(spec.kind, spec.checkpoint)] = player
     run_id = uuid.uuid4().hex[:8]
