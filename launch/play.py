@@ -17,10 +17,25 @@ _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind (0.0.0.0 expos
 _WARMUP = flags.DEFINE_list(
     "warmup", ["policy", "adaptive"], "Modes compiled before serving (not on the engine's clock)."
 )
+_COMPILE_CACHE = flags.DEFINE_string(
+    "compile_cache",
+    None,
+    "JAX persistent compilation cache + executable store directory (default: "
+    "$ALLIE_JAX_CACHE_DIR or ~/.cache/allie_jax/jax); 'none' turns it off. A second launch "
+    "loads the warm-up's programs instead of compiling them.",
+)
 
 
 def main(argv: list[str]) -> None:
     del argv
+    # the cache first: importing the engine runs JAX (pgx's chess tables), which it serves too
+    from allie_jax.engine.compile_cache import enable_compilation_cache
+
+    if (_COMPILE_CACHE.value or "").lower() != "none":
+        try:
+            enable_compilation_cache(_COMPILE_CACHE.value)
+        except OSError as err:  # still serves, it only compiles again next time
+            print(f"warning: {err}; compiling without a persistent cache", file=sys.stderr)
     from allie_jax.engine.web import load_app, serve
 
     print(f"loading {_CHECKPOINT.value} ...", flush=True)
