@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
@@ -28,3 +29,17 @@ def prepared_sample(tmp_path_factory, sample_pgn) -> pathlib.Path:
     out = tmp_path_factory.mktemp("prepared")
     prepare([str(sample_pgn)], out, PrepareConfig(events="all", val_frac=0.05, test_frac=0.05))
     return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_compile_cache(tmp_path_factory):
+    """Engines and evaluations that tests start (in process or as commands) keep their JAX cache
+    and executable store in a directory of this test session, not in the user's
+    ``~/.cache/allie_jax``: tests neither leave files in the home directory nor share cache files
+    with other test processes. A cache dir the user set (``ALLIE_JAX_CACHE_DIR``) is kept."""
+    if os.environ.get("ALLIE_JAX_CACHE_DIR"):
+        yield
+        return
+    os.environ["ALLIE_JAX_CACHE_DIR"] = str(tmp_path_factory.mktemp("allie_jax_cache"))
+    yield
+    os.environ.pop("ALLIE_JAX_CACHE_DIR", None)

@@ -267,14 +267,14 @@ def test_eof_on_stdin_exits_cleanly(checkpoint):
         cwd=REPO,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
     )
     # Mode policy: isready compiles the policy path only (the search's warm-up and restart are
     # covered in test_aot.py and test_play_clock.py), so this stays quick on a cold CI cache
     commands = "uci\nsetoption name Mode value policy\nisready\nposition startpos\ngo movetime 50\n"
-    out, _ = proc.communicate(commands, timeout=900)
-    assert proc.returncode == 0
+    out, err = proc.communicate(commands, timeout=900)
+    assert proc.returncode == 0, err[-4000:]  # -X faulthandler: a crash's stacks are in err
     assert "uciok" in out and "readyok" in out and "bestmove" in out
 
 
