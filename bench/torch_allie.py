@@ -4,7 +4,8 @@ The released model (y0mingzhang/allie) is ``CausalLMWithRegressionHead(CausalLMW
 GPT2LMHeadModel))``: Elo ids (``elo + 1997``) replace the token embedding by
 ``[a, 1 − a] @ control_embeds`` (a = the Elo clamped to [500, 3000], scaled to [0, 1]), GPT-2 adds
 positions, and the value (tanh) / time heads read the final hidden state. This module is written
-here from that description (the same clone as tests/test_convert.py); its ``state_dict`` uses the
+here from that description and is the one clone: tests/test_convert.py checks our converter
+and forward pass against it, the benchmarks time it. Its ``state_dict`` uses the
 released key names, so ``allie_jax.convert.convert_released_allie`` turns it into our model with
 the same weights. Needs the ``torch`` extra.
 """

@@ -1,6 +1,6 @@
 """Converters against the source frameworks' own forward passes (HF GPT-2, a released-Allie clone).
 
-The PyTorch module below mirrors the released Allie exactly (y0mingzhang/allie,
+The PyTorch module (``bench/torch_allie.py``) mirrors the released Allie exactly (y0mingzhang/allie,
 ``CausalLMWithRegressionHead(CausalLMWithControlToken(GPT2LMHeadModel))``): Elo ids replace the
 token embedding by ``[a, 1 − a] @ control_embeds``, GPT-2 adds positions, and the value / time
 heads read the final hidden state. Its ``best.pt`` uses the real key names.
@@ -25,6 +25,9 @@ from tests.test_model import REPO_ROOT, load_sample_games, pad_rows
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+
+# the released-structure clone, shared with the benchmarks that compare against torch
+from bench.torch_allie import ControlToken, RegressionHead  # noqa: E402
 
 TINY = dict(n_layer=2, n_embd=64, n_head=4, n_positions=128)
 ATOL = 1e-4
@@ -58,51 +61,6 @@ def _randomise(module, seed: int) -> None:
                 )
 
 
-class ReleasedControlToken(torch.nn.Module):
-    """``CausalLMWithControlToken`` as released."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-        self.vocab_size = model.transformer.wte.num_embeddings
-        self.control_embeds = torch.nn.Embedding(2, model.config.n_embd)
-        self.control_embeds.weight.data.normal_(mean=0.0, std=0.02)
-        self.elo_min, self.elo_max = 500, 3000
-
-    def forward(self, input_ids, attention_mask=None):
-        elo_mask = (input_ids >= self.vocab_size).unsqueeze(-1)
-        elo_normed = (
-            (input_ids - self.vocab_size).clamp(self.elo_min, self.elo_max) - self.elo_min
-        ) / (self.elo_max - self.elo_min)
-        control_values = torch.stack((elo_normed, 1 - elo_normed), dim=2).to(
-            self.control_embeds.weight.dtype
-        )
-        control = control_values @ self.control_embeds.weight
-        tokens = self.model.transformer.wte(input_ids.clamp(0, self.vocab_size - 1))
-        inputs_embeds = torch.where(elo_mask, control, tokens)
-        return self.model(
-            inputs_embeds=inputs_embeds, attention_mask=attention_mask, output_hidden_states=True
-        )
-
-
-class ReleasedRegressionHead(torch.nn.Module):
-    """``CausalLMWithRegressionHead`` as released (inference part)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-        d = model.model.config.n_embd
-        self.value_head = torch.nn.Sequential(
-            torch.nn.Linear(d, 1), torch.nn.Flatten(start_dim=1), torch.nn.Tanh()
-        )
-        self.time_head = torch.nn.Sequential(torch.nn.Linear(d, 1), torch.nn.Flatten(start_dim=1))
-
-    def forward(self, input_ids, attention_mask=None):
-        out = self.model(input_ids, attention_mask=attention_mask)
-        last = out.hidden_states[-1]
-        return out.logits, self.value_head(last), self.time_head(last)
-
-
 @pytest.fixture(scope="module")
 def hf_gpt2_dir(tmp_path_factory):
     torch.manual_seed(0)
@@ -117,7 +75,7 @@ def hf_gpt2_dir(tmp_path_factory):
 def released_ckpt(tmp_path_factory):
     torch.manual_seed(1)
     gpt2 = transformers.GPT2LMHeadModel(_hf_config(vocab_size=1997))
-    model = ReleasedRegressionHead(ReleasedControlToken(gpt2)).eval()
+    model = RegressionHead(ControlToken(gpt2)).eval()
     _randomise(model, 2)
     path = tmp_path_factory.mktemp("allie") / "best.pt"
     torch.save({"model": model.state_dict(), "step": 123}, path)

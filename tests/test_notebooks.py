@@ -115,11 +115,12 @@ def _released_best_pt(path: pathlib.Path) -> pathlib.Path:
     """A best.pt laid out like the release (random tiny weights, an optimizer entry)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from tests.test_convert import ReleasedControlToken, ReleasedRegressionHead, _hf_config
+    from bench.torch_allie import ControlToken, RegressionHead
+    from tests.test_convert import _hf_config
 
     torch.manual_seed(0)
     gpt2 = transformers.GPT2LMHeadModel(_hf_config(vocab_size=1997, n_positions=512))
-    model = ReleasedRegressionHead(ReleasedControlToken(gpt2)).eval()
+    model = RegressionHead(ControlToken(gpt2)).eval()
     torch.save({"model": model.state_dict(), "optimizer": {}, "iter_num": 1}, path)
     return path
 
