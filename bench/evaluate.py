@@ -31,15 +31,21 @@ import pathlib
 import platform
 import time
 
-import jax
-import numpy as np
-from flax import nnx
+from allie_jax.host_memory import keep_freed_host_memory
 
-from allie_jax.eval.evaluate import reduce_outputs
-from allie_jax.eval.positions import game_positions
-from allie_jax.eval.scoring import CausalScorer, score_per_prefix
-from allie_jax.model import AllieModel, ModelConfig
-from allie_jax.pgn import read_games
+# before JAX starts, as launch.uci / match / evaluate do (both sides of every ratio share it);
+# ALLIE_JAX_HOST_MALLOC=system measures with glibc's defaults
+HOST_MALLOC = keep_freed_host_memory()
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from allie_jax.eval.evaluate import reduce_outputs  # noqa: E402
+from allie_jax.eval.positions import game_positions  # noqa: E402
+from allie_jax.eval.scoring import CausalScorer, score_per_prefix  # noqa: E402
+from allie_jax.model import AllieModel, ModelConfig  # noqa: E402
+from allie_jax.pgn import read_games  # noqa: E402
 
 SAMPLE = pathlib.Path(__file__).resolve().parents[1] / "data" / "sample" / "lichess_sample.pgn.zst"
 
@@ -83,6 +89,7 @@ def run(args: argparse.Namespace) -> dict:
     result = {
         "device": jax.devices()[0].device_kind,
         "cpu_count": os.cpu_count(),
+        "host_malloc_kept": HOST_MALLOC,
         "machine": platform.processor() or platform.machine(),
         "model": args.size,
         "games": len(games),

@@ -37,18 +37,24 @@ import pathlib
 import platform
 import time
 
-import chess
-import jax
-import jax.numpy as jnp
-import numpy as np
-from flax import nnx
+from allie_jax.host_memory import keep_freed_host_memory
 
-from allie_jax import vocab
-from allie_jax.game import encode_game
-from allie_jax.model import AllieModel, ModelConfig
-from allie_jax.pgn import read_games
-from allie_jax.search import SearchConfig, Searcher
-from allie_jax.search.reference import FullSequenceEvaluator, ReferenceMCTS
+# before JAX starts, as launch.uci / match / evaluate do (both sides of every ratio share it);
+# ALLIE_JAX_HOST_MALLOC=system measures with glibc's defaults
+HOST_MALLOC = keep_freed_host_memory()
+
+import chess  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from allie_jax import vocab  # noqa: E402
+from allie_jax.game import encode_game  # noqa: E402
+from allie_jax.model import AllieModel, ModelConfig  # noqa: E402
+from allie_jax.pgn import read_games  # noqa: E402
+from allie_jax.search import SearchConfig, Searcher  # noqa: E402
+from allie_jax.search.reference import FullSequenceEvaluator, ReferenceMCTS  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = [
@@ -212,7 +218,8 @@ def main() -> None:
     print(
         f"{jax.devices()[0].device_kind}, {platform.machine()}, {jax.device_count()} device(s), "
         f"{os.cpu_count()} cpus, float32, {args.mean_sims} sims (search, gumbel) / mean "
-        f"{args.mean_sims} (adaptive), {args.rounds} interleaved rounds, load {load1():.1f}"
+        f"{args.mean_sims} (adaptive), {args.rounds} interleaved rounds, load {load1():.1f}, "
+        f"host malloc {'kept (allie_jax.host_memory)' if HOST_MALLOC else 'glibc default'}"
     )
     header = (
         f"{'size':>10} {'preset':>15} {'ply':>4} {'B':>4} {'sims/s':>8} {'moves/s':>8} "

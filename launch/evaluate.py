@@ -155,6 +155,9 @@ def _records_dir() -> str:
 
 def _run() -> dict | None:
     """The evaluation itself, from the flags."""
+    from allie_jax.host_memory import keep_freed_host_memory
+
+    keep_freed_host_memory()  # before JAX starts: XLA's temporaries stop faulting in each call
     from allie_jax.eval.evaluate import EvalConfig, evaluate, report_from_records
 
     if not _OUTPUT.value:

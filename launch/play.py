@@ -28,6 +28,9 @@ _COMPILE_CACHE = flags.DEFINE_string(
 
 def main(argv: list[str]) -> None:
     del argv
+    from allie_jax.host_memory import keep_freed_host_memory
+
+    keep_freed_host_memory()  # before JAX starts: XLA's temporaries stop faulting in each call
     # the cache first: importing the engine runs JAX (pgx's chess tables), which it serves too
     from allie_jax.engine.compile_cache import enable_compilation_cache
 

@@ -100,13 +100,8 @@ def tree_size(max_budget: int, max_sims: int) -> int:
 @functools.partial(aot.jit, static_argnames=("graphdef",))
 def _prefill(graphdef, params, tokens, cache: KVCache, num_new):
     model = nnx.merge(graphdef, params)
-    out, cache = model.extend(tokens, cache, num_new)
-    last = jnp.maximum(num_new - 1, 0)[:, None]
-
-    def pick(x):
-        return jnp.take_along_axis(x, last.reshape(last.shape + (1,) * (x.ndim - 2)), axis=1)[:, 0]
-
-    return jax.tree.map(pick, out), cache
+    out, cache = model.extend(tokens, cache, num_new, last_only=True)
+    return jax.tree.map(lambda x: x[:, 0], out), cache
 
 
 @aot.jit
