@@ -222,3 +222,25 @@ def test_adaptive_sorted_row_buckets_change_nothing(tiny_model, monkeypatch):
     np.testing.assert_array_equal(bucketed.visit_counts.sum(-1), bucketed.num_sims)
     np.testing.assert_allclose(bucketed.policy, plain.policy, atol=1e-5)
     np.testing.assert_array_equal(bucketed.move_id, plain.move_id)
+
+
+def test_log_prior_trees_store_the_softmax_as_log_priors():
+    """pUCT trees keep log-priors (one exp per visit); illegal moves and terminal nodes stay out."""
+    logits = jnp.asarray(
+        [[2.0, -1.0, 0.5, selection.ILLEGAL_LOGIT], [selection.ILLEGAL_LOGIT] * 4], jnp.float32
+    )
+    stored = selection.log_prior(logits)
+    legal = selection.legal_from_logits(logits)
+    np.testing.assert_array_equal(selection.legal_from_logits(stored), legal)  # all-illegal row too
+    np.testing.assert_allclose(
+        np.exp(np.asarray(stored[0, :3])), np.asarray(jax.nn.softmax(logits[0, :3])), rtol=1e-6
+    )
+    h, root_logits, value = _toy_root(2)
+    root = tree_search.NodeEval(root_logits, value, jnp.zeros(2, bool), h)
+    tree = tree_search.init_tree(root, jnp.ones(2), 4, log_prior=True)
+    # the root's logits as given are kept for the final policy; the tree holds log-priors
+    np.testing.assert_array_equal(tree.extra_data[selection.RAW_ROOT_LOGITS], root_logits)
+    np.testing.assert_array_equal(
+        tree.children_prior_logits[:, 0], selection.log_prior(root_logits)
+    )
+    assert selection.RAW_ROOT_LOGITS not in tree_search.init_tree(root, jnp.ones(2), 4).extra_data

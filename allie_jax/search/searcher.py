@@ -182,7 +182,8 @@ def _start(
             _take(keys, order, sorted_rows), root.prior_logits.shape[-1], gumbel_params.noise_scale
         )
         extra = gumbel.root_extra_data(root, budgets_s, noise, halving_table, gumbel_params)
-    tree = tree_search.init_tree(root, c_puct_s, num_nodes, extra)
+    # pUCT trees keep log-priors (one exp per visit instead of a softmax); Gumbel's keep logits
+    tree = tree_search.init_tree(root, c_puct_s, num_nodes, extra, log_prior=gumbel_params is None)
     return tree, budgets_s, c_puct_s
 
 
@@ -207,7 +208,7 @@ def _finish(
     tempered prior (or anchor) as in ``policy``. ``anchor_logits`` (None: the model's prior) is
     the policy the final one is regularised towards: π̄'s KL term, Gumbel's softmax(anchor + σ).
     """
-    prior_logits = tree.children_prior_logits[:, 0]
+    prior_logits = tree.extra_data.get(selection.RAW_ROOT_LOGITS, tree.children_prior_logits[:, 0])
     legal = selection.legal_from_logits(prior_logits)
     prior = decision.legal_prior(prior_logits, legal)
     anchor = prior_logits

@@ -37,7 +37,8 @@ import jax.numpy as jnp
 import mctx
 from mctx._src import search as mctx_search  # mctx.search's building blocks (0.0.71)
 
-from allie_jax.search.selection import make_puct_selection
+from allie_jax.search.selection import RAW_ROOT_LOGITS, make_puct_selection
+from allie_jax.search.selection import log_prior as selection_log_prior
 
 Tree = mctx.Tree
 
@@ -69,23 +70,37 @@ class SearchParams(NamedTuple):
 
 
 def init_tree(
-    root: NodeEval, c_puct: chex.Array, num_nodes: int, extra_data: dict | None = None
+    root: NodeEval,
+    c_puct: chex.Array,
+    num_nodes: int,
+    extra_data: dict | None = None,
+    *,
+    log_prior: bool = False,
 ) -> Tree:
     """A tree with ``num_nodes`` slots and its root filled in (root visit count 1, as mctx).
 
     ``extra_data`` ([B, ...] arrays) joins ``c_puct`` in ``tree.extra_data`` for the selector.
+    ``log_prior``: every node's ``children_prior_logits`` are stored as log-priors
+    (``selection.log_prior``: the same softmax up to rounding, so pUCT reads a prior as one
+    ``exp``); the root's logits as given are kept in ``extra_data[selection.RAW_ROOT_LOGITS]``,
+    whose presence tells the selection and ``run_simulations`` which kind of tree this is.
     """
     batch = root.value.shape[0]
+    prior_logits = root.prior_logits
+    extra = {"c_puct": jnp.asarray(c_puct, jnp.float32), **(extra_data or {})}
+    if log_prior:
+        extra[RAW_ROOT_LOGITS] = prior_logits
+        prior_logits = selection_log_prior(prior_logits)
     embeddings = {
         "payload": root.payload,
         "depth": jnp.zeros((batch,), jnp.int32),
         "frozen": jnp.asarray(root.terminal, bool),
     }
     tree = mctx_search.instantiate_tree_from_root(
-        mctx.RootFnOutput(prior_logits=root.prior_logits, value=root.value, embedding=embeddings),
+        mctx.RootFnOutput(prior_logits=prior_logits, value=root.value, embedding=embeddings),
         num_nodes - 1,
-        root_invalid_actions=jnp.zeros_like(root.prior_logits),
-        extra_data={"c_puct": jnp.asarray(c_puct, jnp.float32), **(extra_data or {})},
+        root_invalid_actions=jnp.zeros_like(prior_logits),
+        extra_data=extra,
     )
     # Every edge has reward 0 and discount −1: stored once per node ([B, N, 1], broadcast over
     # actions by mctx's ``qvalues``) instead of two [B, N, A] arrays, a third of the tree's
@@ -216,7 +231,7 @@ def search(
     unbatched tree, called at every node with depth 0) defaults to Allie's pUCT; it reads
     per-game data from ``tree.extra_data`` (``c_puct`` plus ``extra_data``).
     """
-    tree = init_tree(root, c_puct, num_nodes, extra_data)
+    tree = init_tree(root, c_puct, num_nodes, extra_data, log_prior=select_fn is None)
     stop = jnp.max(jnp.minimum(jnp.asarray(budgets, jnp.int32), num_nodes - 1))
     return run_simulations(
         tree, expand_fn, budgets, 0, stop, num_nodes=num_nodes, params=params, select_fn=select_fn
@@ -248,6 +263,7 @@ def run_simulations(
             c_base=params.c_base, fpu_mode=params.fpu_mode, fpu=params.fpu
         )
     simulate = jax.vmap(_simulate, in_axes=(0, None, 0))
+    log_prior = RAW_ROOT_LOGITS in tree.extra_data  # static: see ``init_tree``
     paths = jax.vmap(_path_nodes, in_axes=(0, 0, 0, None))
 
     def body(sim, tree: Tree) -> Tree:
@@ -275,12 +291,13 @@ def run_simulations(
             "frozen": put(emb["frozen"], ev.terminal | (child_depth >= params.max_path), write),
         }
         value = ev.value.astype(tree.node_values.dtype)
+        prior_logits = selection_log_prior(ev.prior_logits) if log_prior else ev.prior_logits
         visits = put(tree.node_visits, 1, write)
         # A revisit of a frozen node counts one more visit of an unchanged value.
         bump = jnp.where(active & revisit, node, out)
         visits = visits.at[brange, bump].add(1, mode="drop")
         tree = tree.replace(
-            children_prior_logits=put(tree.children_prior_logits, ev.prior_logits, write),
+            children_prior_logits=put(tree.children_prior_logits, prior_logits, write),
             raw_values=put(tree.raw_values, value, write),
             node_values=put(tree.node_values, value, write),
             node_visits=visits,
