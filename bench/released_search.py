@@ -13,7 +13,8 @@ to ours by ``convert_released_allie``.
 
 Interleaved rounds: released MCTS on one position (``--sims`` simulations; a different position per
 round), then ours on a batch of B positions at the same ply (``Searcher``, preset ``search`` with
-the same simulations, cold cache: prefill included). The ratio of each round is ours sims/s over
+the same simulations, cold cache: prefill included; ``--presets`` adds ``adaptive`` / ``gumbel``
+with mean ``--sims``). The ratio of each round is ours sims/s over
 the released sims/s; the median and min-max are reported, with the load average.
 
     git -C /work/.mirror/y0mingzhang+allie/repo archive HEAD | tar -x -C /tmp/allie_released
@@ -89,6 +90,11 @@ def main() -> None:
     p.add_argument("--sims", type=int, default=50)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument(
+        "--presets",
+        default="search",
+        help="comma-separated presets of ours (mean_sims = --sims), each against the same rounds",
+    )
+    p.add_argument(
         "--torch-threads",
         type=int,
         default=1,
@@ -112,18 +118,19 @@ def main() -> None:
         f"{args.rounds} interleaved rounds"
     )
     print(
-        f"{'ply':>4} {'B':>4} {'released s/s':>12} {'ours s/s':>9} {'ratio':>6} "
+        f"{'ply':>4} {'preset':>9} {'B':>4} {'released s/s':>12} {'ours s/s':>9} {'ratio':>6} "
         f"{'(min-max)':>11} {'load':>9}"
     )
     for ply in args.plies:
         load_start = load1()
         base_games, _ = bench_search.positions(ply, max(args.rounds, 5))
         runs = {}
-        for b in args.batches:
-            games, _ = bench_search.positions(ply, b)
-            searcher = Searcher(ours_model, SearchConfig(mode="search", mean_sims=args.sims))
-            searcher.run(games, 0)  # compile (not timed)
-            runs[b] = (searcher, games, [])
+        for preset in args.presets.split(","):
+            for b in args.batches:
+                games, _ = bench_search.positions(ply, b)
+                searcher = Searcher(ours_model, SearchConfig.preset(preset, mean_sims=args.sims))
+                searcher.run(games, 0)  # compile (not timed)
+                runs[preset, b] = (searcher, games, [])
         released_rates = []
         with torch.inference_mode():
             for r in range(args.rounds):
@@ -146,10 +153,10 @@ def main() -> None:
                     out = searcher.run(games, r + 1)
                     rates.append(int(out.num_sims.sum()) / (time.perf_counter() - t))
         base = np.array(released_rates)
-        for b, (_, _, rates) in runs.items():
+        for (preset, b), (_, _, rates) in runs.items():
             ratio = np.array(rates) / base
             print(
-                f"{ply:>4} {b:>4} {np.median(base):>12.1f} {np.median(rates):>9.1f} "
+                f"{ply:>4} {preset:>9} {b:>4} {np.median(base):>12.1f} {np.median(rates):>9.1f} "
                 f"{np.median(ratio):>5.1f}x {f'{ratio.min():.1f}-{ratio.max():.1f}':>11} "
                 f"{load_start:>4.1f}-{load1():<4.1f}",
                 flush=True,
