@@ -9,8 +9,9 @@ about 190 MB, 48k minor faults, per move of a 32-game ``adaptive`` search with t
 blocks and no trimming, the same pages are reused from call to call: 0 faults per move. What it
 saves in time depends on the machine (``bench/RESULTS.md``).
 
-The price: the process keeps its peak heap (it never returns freed memory to the OS) and all
-threads share one malloc arena. That suits the processes that run the same programs again and
+The price: the process keeps its peak heap (it never returns freed memory to the OS; glibc's
+heap can grow by a few calls' worth of temporaries before its free blocks fit every call) and
+all threads share one malloc arena. That suits the processes that run the same programs again and
 again (the UCI engine, matches, evaluation, the browser server), which call this first; training
 does not. ``ALLIE_JAX_HOST_MALLOC=system`` turns it off.
 

@@ -36,7 +36,7 @@ _PROBE = textwrap.dedent(
     x = jnp.arange(32, dtype=jnp.int32)
     jax.block_until_ready(step(x))
     faults = []
-    for _ in range(4):
+    for _ in range(30):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         jax.block_until_ready(step(x))
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
@@ -65,8 +65,10 @@ def test_kept_memory_ends_the_page_faults_of_each_call():
     assert system["applied"] is False
     # glibc's default hands the 130 MB back to the kernel after each call: ~32k faults per call
     assert min(system["faults"]) > 5_000, system
-    # kept: the heap grows over the first calls, then its pages are reused as they are
-    assert max(kept["faults"][-2:]) < 500, kept
+    # kept: the heap grows now and then (by one call's 130 MB, until its free blocks fit every
+    # call's layout; a handful of times), and every other call reuses its pages as they are
+    quiet = sum(f < 500 for f in kept["faults"])
+    assert quiet >= 20 and sum(kept["faults"]) < sum(system["faults"]) / 2, kept
 
 
 def test_too_late_once_the_backend_runs():
