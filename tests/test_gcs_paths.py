@@ -344,9 +344,10 @@ def test_commands_on_gs(gcs, tmp_path):
 
     env = {**os.environ, **gcs.env(), "PYTHONPATH": str(REPO)}
 
-    def run(*args: str) -> str:
+    def run(*args: str, stdin: str | None = None) -> str:
         proc = subprocess.run(
             [sys.executable, "-m", *args],
+            input=stdin,
             cwd=tmp_path,
             env=env,
             capture_output=True,
@@ -404,20 +405,10 @@ def test_commands_on_gs(gcs, tmp_path):
     again = json.loads(epath.Path("gs://bucket/report/report.json").read_text())
     assert again["move_accuracy"] == report["move_accuracy"]
 
-    uci = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "launch.uci",
-            "--checkpoint=gs://bucket/run",
-            "--compile-cache=none",
-        ],
-        input="uci\nisready\nposition startpos\ngo movetime 50\n",
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    uci = run(
+        "launch.uci",
+        "--checkpoint=gs://bucket/run",
+        "--compile-cache=none",
+        stdin="uci\nisready\nposition startpos\ngo movetime 50\n",
     )
-    assert uci.returncode == 0, uci.stderr[-3000:]
-    assert "readyok" in uci.stdout and "bestmove" in uci.stdout
+    assert "readyok" in uci and "bestmove" in uci
