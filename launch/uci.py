@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -45,8 +46,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(file_instead_of_directory(path if is_remote(path) else path.absolute()))
 
     # stdout carries the protocol only: route library chatter (absl, JAX) to stderr
-    import logging
-
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 
     from allie_jax.host_memory import keep_freed_host_memory
@@ -72,8 +71,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    """Console-script entry point (``allie-uci``)."""
-    sys.exit(main())
+    """Console-script entry point (``allie-uci``).
+
+    The engine leaves with ``os._exit`` once its output is flushed, skipping interpreter
+    finalization: with a gs:// checkpoint, tearing down TensorStore's Cloud Storage threads there
+    aborted the process (``terminate called ... exception not rethrown``, status -6) after its
+    last ``bestmove``, every time. The engine has nothing else to write at that point.
+    """
+    code = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the GUI closed the pipe: nothing left to tell it
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":
