@@ -152,7 +152,10 @@ def path_forward(model: Any, action, root: RootKV, path_nodes, path_len, store_k
         out = _attend_one(
             q, k, v, _rows(root.k[i], b), _rows(root.v[i], b), root_len, path_k, path_v, path_len
         ).astype(dt)
-        y = jnp.einsum("bnh,nhd->bd", out, block.attn.out[...].astype(dt))
+        # one [b, heads·hd] x [heads·hd, d] product: written as "bnh,nhd->bd", XLA on CPU
+        # re-laid the [heads, hd, d] weights out (a 2.4 MB copy per layer per simulation step)
+        w_out = block.attn.out[...].astype(dt)
+        y = out.reshape(b, -1) @ w_out.reshape(-1, w_out.shape[-1])
         x = x + (y + block.attn.out_bias[...].astype(dt))[:, None]
         x = x + block.mlp(block.ln_2(x))
         new_k.append(k.astype(store_k.dtype))
