@@ -150,7 +150,7 @@ def test_config_validation():
 
 
 # ----------------------------------------------------------------------------- the leaf evaluator
-def test_path_forward_equals_full_pass(tiny_model):
+def test_path_forward_equals_full_pass(tiny_model, monkeypatch):
     """Root prefix from the cache + path tokens from per-node stores + the new token, attended
     in three groups, equals the model's plain causal pass over the concatenated sequence."""
     from allie_jax.search import evaluator
@@ -180,6 +180,24 @@ def test_path_forward_equals_full_pass(tiny_model):
         out, k, v = step(
             params, action, root, jnp.asarray(path_nodes), jnp.full(b, depth), store_k, store_v
         )
+        # the root cut into position blocks of 4: the first row (11 tokens) skips the last block
+        monkeypatch.setattr(evaluator, "ROOT_BLOCK", 4)
+        blocked = evaluator.heads_first(cache)
+        monkeypatch.undo()
+        assert [len(layer) for layer in blocked.k] == [4] * cfg.num_layers
+        for rows in (3, 1):
+            out_b, k_b, _ = step(
+                params,
+                action[:rows],
+                blocked,
+                jnp.asarray(path_nodes[:rows]),
+                jnp.full(rows, depth),
+                store_k,
+                store_v,
+            )
+            np.testing.assert_allclose(out_b.policy_logits, out.policy_logits[:rows], atol=1e-5)
+            np.testing.assert_allclose(out_b.value, out.value[:rows], atol=1e-6)
+            np.testing.assert_allclose(k_b, k[:rows], atol=1e-6)
         store_k = store_k.at[:, depth + 1].set(k)
         store_v = store_v.at[:, depth + 1].set(v)
         path_nodes[:, depth] = depth + 1
@@ -199,7 +217,7 @@ def test_path_forward_equals_full_pass(tiny_model):
 
 def test_adaptive_sorted_row_buckets_change_nothing(tiny_model, monkeypatch):
     """Sorting rows by budget and running the model only on the still-active prefix (row
-    buckets), reading only the first ``SHORT_PATH`` path slots when every path fits, gives the
+    buckets), reading only the first ``SHORT_PATHS`` path slots when every path fits, gives the
     same trees, policies and moves as evaluating every row and every slot every step."""
     from allie_jax.search import evaluator
     from allie_jax.search import searcher as searcher_module
@@ -215,7 +233,7 @@ def test_adaptive_sorted_row_buckets_change_nothing(tiny_model, monkeypatch):
     assert len(set(bucketed.num_sims.tolist())) > 2, bucketed.num_sims  # budgets really differ
     assert searcher_module.row_buckets(4, "adaptive") == (4, 2, 1)
     monkeypatch.setattr(searcher_module, "row_buckets", lambda batch, mode: (batch,))
-    monkeypatch.setattr(evaluator, "SHORT_PATH", config.max_path)  # always every slot
+    monkeypatch.setattr(evaluator, "SHORT_PATHS", ())  # always every slot
     plain = Searcher(tiny_model, config).run(games, 3)
     np.testing.assert_array_equal(bucketed.num_sims, plain.num_sims)
     np.testing.assert_array_equal(bucketed.visit_counts, plain.visit_counts)

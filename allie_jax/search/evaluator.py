@@ -22,7 +22,8 @@ Rows that ran out of simulations (``num_active``: rows at or past it are idle th
 the model and the chess rules (move, legal mask, outcome): ``row_buckets`` lists the batch sizes
 compiled (a ``lax.switch`` picks the smallest that covers the active rows). With rows sorted by
 budget, late steps of a mixed-budget batch then cost what their few active games cost. The
-same switch reads only the first ``SHORT_PATH`` path slots when every active row's path fits.
+same switch reads only the first 8 path slots (``SHORT_PATHS``) when every active row's path
+fits.
 
 Values: the value head is White's view; the tree wants the view of the player to move at the
 node, so v = value_white if White is to move else −value_white. A terminal node (chess_jax's
@@ -69,10 +70,13 @@ def node_eval(
     return NodeEval(logits, value.astype(jnp.float32), done, {"state": state, "k": k, "v": v})
 
 
-def _attend_one(q, k, v, root_k, root_v, root_len, path_k, path_v, path_len):
+def _attend_one(q, k, v, root_k, root_v, root_len, live, path_k, path_v, path_len):
     """Attention of ONE query per row over root prefix + path + itself, one softmax.
 
-    q, k, v: [b, heads, hd]; root_k/v: [b, heads, M, hd] (first ``root_len`` valid);
+    q, k, v: [b, heads, hd]; root_k/v: the root cache's position blocks (``RootKV``), each
+    [b, heads, block, hd], the first ``root_len`` positions valid; ``live`` (a scalar, ≥ every
+    row's ``root_len``): blocks starting at or after it hold no row's tokens and are skipped
+    (a ``lax.cond``), so a 35-token root in a 128-wide cache reads 64 positions, not 128.
     path_k/v: [b, heads, P, hd] (first ``path_len`` valid). Heads come before positions so
     each (row, head) is one contiguous matrix-vector product (with positions first, XLA on CPU
     transposed the root cache at every call, or reduced it ~3x slower).
@@ -80,43 +84,83 @@ def _attend_one(q, k, v, root_k, root_v, root_len, path_k, path_v, path_len):
     f32 = jnp.float32
     q = q.astype(f32) / jnp.sqrt(jnp.asarray(q.shape[-1], f32))
 
-    def scores(keys, length):
+    def scores(keys, length, start=0):
         s = jnp.einsum("bnh,bnmh->bnm", q, keys.astype(f32))
-        return jnp.where((jnp.arange(keys.shape[2]) < length[:, None])[:, None], s, -jnp.inf)
+        positions = start + jnp.arange(keys.shape[2])
+        return jnp.where((positions < length[:, None])[:, None], s, -jnp.inf)
 
-    s_root, s_path = scores(root_k, root_len), scores(path_k, path_len)
+    def if_live(start, fn, skipped):
+        # block 0 always holds tokens; the others only while the roots reach them
+        return fn() if start == 0 else jax.lax.cond(start < live, fn, lambda: skipped)
+
+    starts = [sum(blk.shape[2] for blk in root_k[:j]) for j in range(len(root_k))]
+    b, n = q.shape[:2]
+    s_root = [
+        if_live(
+            start,
+            functools.partial(scores, keys, root_len, start),
+            jnp.full((b, n, keys.shape[2]), -jnp.inf, f32),
+        )
+        for start, keys in zip(starts, root_k, strict=True)
+    ]
+    s_path = scores(path_k, path_len)
     s_self = jnp.sum(q * k.astype(f32), -1)  # [b, heads]
-    m = jnp.maximum(jnp.maximum(s_root.max(-1), s_path.max(-1)), s_self)
-    e_root = jnp.exp(s_root - m[..., None])
+    m = functools.reduce(jnp.maximum, [s.max(-1) for s in s_root] + [s_path.max(-1), s_self])
+    e_root = [jnp.exp(s - m[..., None]) for s in s_root]
     e_path = jnp.exp(s_path - m[..., None])
     e_self = jnp.exp(s_self - m)
-    denom = e_root.sum(-1) + e_path.sum(-1) + e_self
+    denom = sum(e.sum(-1) for e in e_root) + e_path.sum(-1) + e_self
+    out = sum(
+        if_live(
+            start,
+            functools.partial(jnp.einsum, "bnm,bnmh->bnh", e, values.astype(f32)),
+            jnp.zeros_like(q),
+        )
+        for start, e, values in zip(starts, e_root, root_v, strict=True)
+    )
     out = (
-        jnp.einsum("bnm,bnmh->bnh", e_root, root_v.astype(f32))
+        out
         + jnp.einsum("bnm,bnmh->bnh", e_path, path_v.astype(f32))
         + e_self[..., None] * v.astype(f32)
     )
     return out / denom[..., None]
 
 
-class RootKV(NamedTuple):
-    """The root cache as one [B, heads, M, hd] array per layer (see ``heads_first``)."""
+# The root cache is cut into position blocks of at least ``ROOT_BLOCK`` positions (at most
+# ``MAX_ROOT_BLOCKS`` of them), and a simulation step reads the blocks up to the longest root
+# among its rows, not the whole cache width: the engine's 128-wide cache holds ~35 tokens at
+# ply 30. Smaller blocks cost more (extra products and conditionals) than they skip.
+ROOT_BLOCK = 64
+MAX_ROOT_BLOCKS = 8
 
-    k: tuple[jax.Array, ...]
-    v: tuple[jax.Array, ...]
+
+class RootKV(NamedTuple):
+    """The root cache per layer, as position blocks of [B, heads, block, hd] arrays."""
+
+    k: tuple[tuple[jax.Array, ...], ...]
+    v: tuple[tuple[jax.Array, ...], ...]
     length: jax.Array  # int32 [B]
 
 
 def heads_first(cache: KVCache) -> RootKV:
     """The root cache in the layout ``path_forward`` reads, made once per move.
 
-    Heads before positions (see ``_attend_one``), and one array per layer: slicing layer i out
-    of one [L, ...] array inside the simulation loop materialised a copy of it every step.
+    Heads before positions (see ``_attend_one``); one array per layer (slicing layer i out
+    of one [L, ...] array inside the simulation loop materialised a copy of it every step) and
+    per position block (``ROOT_BLOCK``), so a step can skip the blocks no root reaches.
     """
+    width = cache.k.shape[2]
+    size = max(ROOT_BLOCK, width // MAX_ROOT_BLOCKS)
+    blocks = width // size if width % size == 0 else 1
+    size = width // blocks
+
+    def split(x):  # [B, M, heads, hd] -> blocks of [B, heads, size, hd]
+        return tuple(jnp.swapaxes(x[:, j * size : (j + 1) * size], 1, 2) for j in range(blocks))
+
     layers = range(cache.k.shape[0])
     return RootKV(
-        tuple(jnp.swapaxes(cache.k[i], 1, 2) for i in layers),
-        tuple(jnp.swapaxes(cache.v[i], 1, 2) for i in layers),
+        tuple(split(cache.k[i]) for i in layers),
+        tuple(split(cache.v[i]) for i in layers),
         cache.length,
     )
 
@@ -137,6 +181,7 @@ def path_forward(model: Any, action, root: RootKV, path_nodes, path_len, store_k
     dt = model.config.compute_dtype
     rows = jnp.arange(b)
     root_len = _rows(root.length, b)
+    live = jnp.max(root_len)  # the longest root among these rows: later blocks are skipped
     x = model.embed(action[:, None].astype(jnp.int32), (root_len + path_len)[:, None])
     # [b, L, heads, P, hd]: every layer's path keys/values read at once, before the model runs
     all_k, all_v = jax.lax.optimization_barrier(
@@ -150,7 +195,16 @@ def path_forward(model: Any, action, root: RootKV, path_nodes, path_len, store_k
         q, k, v = q[:, 0], k[:, 0], v[:, 0]
         path_k, path_v = all_k[:, i], all_v[:, i]  # [b, heads, P, hd]
         out = _attend_one(
-            q, k, v, _rows(root.k[i], b), _rows(root.v[i], b), root_len, path_k, path_v, path_len
+            q,
+            k,
+            v,
+            tuple(_rows(x, b) for x in root.k[i]),
+            tuple(_rows(x, b) for x in root.v[i]),
+            root_len,
+            live,
+            path_k,
+            path_v,
+            path_len,
         ).astype(dt)
         # one [b, heads·hd] x [heads·hd, d] product: written as "bnh,nhd->bd", XLA on CPU
         # re-laid the [heads, hd, d] weights out (a 2.4 MB copy per layer per simulation step)
@@ -163,10 +217,12 @@ def path_forward(model: Any, action, root: RootKV, path_nodes, path_len, store_k
     return model.heads(x), jnp.stack(new_k, 1), jnp.stack(new_v, 1)
 
 
-# Path slots a step's evaluation reads when every active row's path fits (depth ≤ 8 below the
-# root, nearly always within 200 simulations): gathering all ``max_path`` slots per row and
-# splitting them per layer moved ~4x the bytes the path holds.
-SHORT_PATH = 8
+# Path slots a step's evaluation reads when every active row's path fits (the smallest width
+# that covers the longest active path; ``max_path`` beyond the last): gathering all
+# ``max_path`` slots per row and splitting them per layer moved ~4x the bytes the path holds.
+# Each width compiles the model once more per row bucket: (4, 8) was 3% faster per move but
+# took 25% longer to compile (bench/RESULTS.md).
+SHORT_PATHS = (8,)
 
 
 def make_model_expand(model: Any, root_cache: KVCache, row_buckets: tuple[int, ...] | None = None):
@@ -208,13 +264,14 @@ def make_model_expand(model: Any, root_cache: KVCache, row_buckets: tuple[int, .
         state = jax.tree.map(lambda x: x[rows, parent], payloads["state"])
         args = (payloads["k"], payloads["v"], path_nodes, path_len, action, state)
         max_path = path_nodes.shape[1]
-        widths = (SHORT_PATH, max_path) if max_path > SHORT_PATH else (max_path,)
+        widths = tuple(w for w in SHORT_PATHS if w < max_path) + (max_path,)
         if num_active is None:
             num_active = parent.shape[0]
         # smallest bucket >= num_active: buckets descend, so count those that still cover it
         bucket = jnp.sum(jnp.asarray(buckets) >= num_active) - 1
         longest = jnp.max(jnp.where(rows < num_active, path_len, 0))
-        wide = (longest > SHORT_PATH).astype(jnp.int32) if len(widths) > 1 else 0
+        # the smallest width covering the longest active path: widths ascend
+        wide = jnp.sum(jnp.asarray(widths[:-1]) < longest) if len(widths) > 1 else 0
         branches = [
             functools.partial(evaluate, size, width) for size in buckets for width in widths
         ]
