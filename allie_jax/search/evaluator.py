@@ -22,8 +22,8 @@ Rows that ran out of simulations (``num_active``: rows at or past it are idle th
 the model and the chess rules (move, legal mask, outcome): ``row_buckets`` lists the batch sizes
 compiled (a ``lax.switch`` picks the smallest that covers the active rows). With rows sorted by
 budget, late steps of a mixed-budget batch then cost what their few active games cost. The
-same switch reads only the first 8 path slots (``SHORT_PATHS``) when every active row's path
-fits.
+same switch reads only the first 4 or 8 path slots (``SHORT_PATHS``) when every active row's
+path fits.
 
 Values: the value head is White's view; the tree wants the view of the player to move at the
 node, so v = value_white if White is to move else −value_white. A terminal node (chess_jax's
@@ -220,9 +220,10 @@ def path_forward(model: Any, action, root: RootKV, path_nodes, path_len, store_k
 # Path slots a step's evaluation reads when every active row's path fits (the smallest width
 # that covers the longest active path; ``max_path`` beyond the last): gathering all
 # ``max_path`` slots per row and splitting them per layer moved ~4x the bytes the path holds.
-# Each width compiles the model once more per row bucket: (4, 8) was 3% faster per move but
-# took 25% longer to compile (bench/RESULTS.md).
-SHORT_PATHS = (8,)
+# Most paths are 2-4 deep, so 4 slots usually suffice. Each width compiles the model once
+# more per row bucket: (4, 8) against (8,) was 3% faster per move and 25% slower to compile
+# (bench/RESULTS.md).
+SHORT_PATHS = (4, 8)
 
 
 def make_model_expand(model: Any, root_cache: KVCache, row_buckets: tuple[int, ...] | None = None):
