@@ -41,6 +41,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from allie_jax import compat
+
 FORMAT = 1
 _SUFFIX = ".exe"
 KEEP_ENVIRONMENTS = 4  # environment directories kept (most recently used); older ones removed
@@ -350,7 +352,7 @@ def _fresh_compile():
     entries afresh. The read is bypassed through a private hook (``compiler._cache_read``);
     should a JAX version lack it, the hits are reported and the entry is kept in memory only.
     """
-    from jax._src import compiler
+    compiler = compat.jax_compiler_module()
 
     hits: list[str] = []
     with _COMPILE_LOCK:

@@ -27,6 +27,8 @@ import ctypes.util
 import os
 import sys
 
+from allie_jax import compat
+
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
@@ -39,8 +41,7 @@ _applied = False
 
 def _backend_started() -> bool:
     """True once JAX has created a backend (its thread pools then own their arenas)."""
-    xla_bridge = sys.modules.get("jax._src.xla_bridge")
-    return bool(xla_bridge is not None and getattr(xla_bridge, "_backends", None))
+    return compat.jax_backends_started()
 
 
 def keep_freed_host_memory() -> bool:

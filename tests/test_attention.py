@@ -1,7 +1,7 @@
 """Whole-game attention kernels and memory settings reachable from the config.
 
 On CPU: the kernel choice per backend, the XLA path against a hand-written softmax attention,
-cuDNN's packed layout (segment lengths/offsets) against a plain-Python reading of the segments,
+cuDNN's packed layout (segment lengths/offsets) as JAX's own compaction reads it,
 Pallas splash attention (interpret mode) against XLA, and remat policies against no remat.
 """
 
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from allie_jax import compat
 from allie_jax.data.synthetic import synthetic_batch
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.model import attention as A
@@ -79,20 +80,63 @@ def test_xla_path_equals_softmax_attention_per_segment():
     )
 
 
-def test_cudnn_packed_layout_reads_the_segments():
-    seg = _segments(16)
-    lengths, offsets = (np.asarray(x) for x in A.packed_lengths_and_offsets(jnp.asarray(seg)))
-    for row in range(seg.shape[0]):
-        runs, start = [], 0
-        for t in range(1, seg.shape[1] + 1):
-            if t == seg.shape[1] or seg[row, t] != seg[row, t - 1]:
-                runs.append((start, t - start))
-                start = t
+def _runs(seg_row: np.ndarray) -> list[tuple[int, int]]:
+    """(start, length) of each maximal run of equal ids, read in plain Python."""
+    runs, start = [], 0
+    for t in range(1, len(seg_row) + 1):
+        if t == len(seg_row) or seg_row[t] != seg_row[t - 1]:
+            runs.append((start, t - start))
+            start = t
+    return runs
+
+
+def _packed_rows(t: int = 48) -> np.ndarray:
+    """Four packed rows of several games each (8+ segments in all), padding tails included."""
+    seg = np.zeros((4, t), np.int32)
+    seg[0, :16], seg[0, 16:31], seg[0, 31:40] = 1, 2, 3  # three games, padding
+    seg[1, :t] = 1  # one game filling the row
+    seg[2, :5], seg[2, 5:6], seg[2, 6:32], seg[2, 32:47] = 1, 2, 3, 4  # a one-token game
+    seg[3, :20], seg[3, 20:] = 1, 2  # two games, no padding
+    return seg
+
+
+def test_cudnn_packed_layout_is_jaxs_layout():
+    """Our lengths/offsets, compacted by JAX's own ``_fix_seqlen_offsets`` (what runs before the
+    cuDNN call), put every segment of every row exactly on its own tokens of the flat batch."""
+    seg = _packed_rows()
+    b, t = seg.shape
+    n, h = 2, 8
+    max_segments = 6
+    lengths, offsets = A.packed_lengths_and_offsets(jnp.asarray(seg), max_segments)
+    assert lengths.shape == (b, max_segments) and offsets.shape == (b, max_segments + 1)
+    # JAX's docstring layout: segment starts, then -1 (never an end entry).
+    for row in range(b):
+        runs = _runs(seg[row])
         m = len(runs)
-        assert list(lengths[row, :m]) == [n for _, n in runs]
-        assert (lengths[row, m:] == -1).all()
-        assert list(offsets[row, : m + 1]) == [s for s, _ in runs] + [seg.shape[1]]
-        assert (offsets[row, m + 1 :] == -1).all()
+        assert list(np.asarray(offsets[row, :m])) == [s for s, _ in runs]
+        assert (np.asarray(offsets[row, m:]) == -1).all()
+        assert list(np.asarray(lengths[row, :m])) == [k for _, k in runs]
+        assert (np.asarray(lengths[row, m:]) == -1).all()
+    q = jnp.zeros((b, t, n, h), jnp.bfloat16)
+    q_len, _, q_off, _ = compat.cudnn_fix_seqlen_offsets(lengths, lengths, offsets, offsets, q, q)
+    q_len, q_off = np.asarray(q_len).ravel(), np.asarray(q_off).ravel()
+    expected = [(row, s, k) for row in range(b) for s, k in _runs(seg[row])]
+    assert len(expected) >= 8
+    for j, (row, start, length) in enumerate(expected):
+        flat_start = int(q_off[j]) // (n * h)  # JAX multiplies offsets by the token stride
+        assert (flat_start, int(q_len[j])) == (row * t + start, length), (j, row, start)
+        tokens = seg.ravel()[flat_start : flat_start + length]
+        assert (tokens == seg[row, start]).all()
+    assert (q_len[len(expected) :] == 0).all()  # JAX's fill for unused slots
+
+
+def test_cudnn_rows_over_the_segment_limit_are_flagged():
+    seg = _packed_rows()
+    counts = np.asarray(A.segments_per_row(jnp.asarray(seg)))
+    assert list(counts) == [len(_runs(r)) for r in seg] == [4, 1, 5, 2]
+    lengths, offsets = A.packed_lengths_and_offsets(jnp.asarray(seg), 4)
+    # Row 2 has 5 segments: only 4 fit, the kernel's caller turns that row into NaN.
+    assert list(np.asarray(offsets[2])) == [0, 5, 6, 32, -1]
 
 
 @pytest.mark.parametrize("with_segments", [True, False])

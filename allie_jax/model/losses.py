@@ -44,21 +44,52 @@ def _per_token_terms(outputs: ModelOutputs, batch: Mapping[str, jax.Array]):
     }
 
 
+# The mask that counts the labels of each term.
+LABEL_MASKS = {
+    "policy_loss": "policy_mask",
+    "policy_accuracy": "policy_mask",
+    "time_loss": "time_mask",
+    "value_loss": "value_mask",
+}
+
+
+def label_counts(batch: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+    """Labels of each loss term in ``batch`` (float32 scalars).
+
+    Gradient accumulation divides every micro-batch's sums by the *whole* batch's counts, so the
+    micro-batch losses add up to exactly the whole batch's loss (and gradient): a micro-batch
+    with few time labels does not weigh its time error more than the same rows in one pass.
+    """
+    return {
+        name: jnp.sum(jnp.asarray(batch[mask], jnp.float32)) for name, mask in LABEL_MASKS.items()
+    }
+
+
 def loss_fn(
     outputs: ModelOutputs,
     batch: Mapping[str, jax.Array],
     weights: Sequence[float] = (1.0, 1.0, 1.0),
+    *,
+    label_totals: Mapping[str, jax.Array] | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Weighted sum of the three losses and their components.
 
     ``batch`` uses the data pipeline's keys: ``policy_targets`` (int, any value where unmasked),
     ``time_targets`` (seconds, normalised here), ``value_targets`` (may be NaN where unmasked),
-    and the float masks ``policy_mask``, ``time_mask``, ``value_mask``.
+    and the float masks ``policy_mask``, ``time_mask``, ``value_mask``. ``label_totals``
+    (``label_counts`` of the whole batch) replaces this batch's own label counts as the
+    denominators: the terms are then this micro-batch's share of the whole batch's means.
     """
     if len(weights) != 3:
         raise ValueError(f"weights must be (policy, time, value), got {weights!r}")
     terms = _per_token_terms(outputs, batch)
-    metrics = {name: _masked_mean(values, mask) for name, (values, mask) in terms.items()}
+    if label_totals is None:
+        metrics = {name: _masked_mean(values, mask) for name, (values, mask) in terms.items()}
+    else:
+        metrics = {
+            name: jnp.sum(values * mask) / jnp.maximum(label_totals[name], 1.0)
+            for name, (values, mask) in terms.items()
+        }
     metrics["loss"] = combine(metrics, weights)
     metrics["policy_tokens"] = jnp.sum(terms["policy_loss"][1])
     return metrics["loss"], metrics

@@ -1,10 +1,26 @@
-"""The paper's optimiser: AdamW with warmup + cosine, decay on matrices only, global-norm clipping."""
+"""The paper's optimiser: AdamW with warmup + cosine, global-norm clipping, and the released
+trainer's weight decay: Linear (Conv1D in GPT-2) weights only.
+
+The decay rule goes by parameter *names*, not by rank: embeddings (``wte``, ``wpe``, the Elo
+control tables) and the ``[heads, head_dim]`` attention biases are matrices too, but the released
+PyTorch trainer (GPT-2's ``configure_optimizers`` recipe) never decays them. Names also keep the
+rule the same for the unrolled (``blocks.{i}.attn.query``) and the scanned (``layers.attn.query``
+with a leading layer axis) layouts, whose ranks differ.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import jax
 import ml_collections
 import optax
+
+# Weights of the Linear layers: the attention projections and the MLP of every block.
+LINEAR_KERNELS = frozenset({"query", "key", "value", "out", "fc", "proj"})
+# Module names under which those kernels live (a name such as ``value`` is also a head's name).
+LINEAR_MODULES = frozenset({"attn", "mlp"})
+HEAD_SUFFIX = "_head"  # value_head, time_head (board family: policy/rights/choice heads too)
 
 
 def learning_rate_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
@@ -19,9 +35,29 @@ def learning_rate_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
     )
 
 
-def _decay_mask(params):
-    """Weight decay applies to matrices (kernels, embeddings), never to biases or LayerNorm scales."""
-    return jax.tree.map(lambda p: p.ndim >= 2, params)
+def parameter_names(path: Sequence) -> tuple[str, ...]:
+    """The module/parameter names of a pytree path (``DictKey``s), without the Variable's own
+    ``.value`` attribute or list indices."""
+    return tuple(str(entry.key) for entry in path if isinstance(entry, jax.tree_util.DictKey))
+
+
+def is_decayed(names: Sequence[str]) -> bool:
+    """True for a Linear weight (attention/MLP kernels, the heads' kernels), False for biases,
+    LayerNorm, token/position embeddings and the control (Elo) embeddings."""
+    names = [n for n in names if not n.isdigit()]
+    if not names:
+        return False
+    name = names[-1]
+    if name.endswith(HEAD_SUFFIX):
+        return True
+    return name in LINEAR_KERNELS and len(names) >= 2 and names[-2] in LINEAR_MODULES
+
+
+def decay_mask(params):
+    """Same tree as ``params``: True where weight decay applies (``is_decayed`` by name)."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: is_decayed(parameter_names(path)), params
+    )
 
 
 def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransformation:
@@ -32,6 +68,6 @@ def make_optimizer(train: ml_collections.ConfigDict) -> optax.GradientTransforma
             b1=float(train.b1),
             b2=float(train.b2),
             weight_decay=float(train.weight_decay),
-            mask=_decay_mask,
+            mask=decay_mask,
         ),
     )

@@ -1,0 +1,45 @@
+"""Every private API of a dependency this project uses, in one place.
+
+A JAX or Flax upgrade that moves one of these breaks here, in one file, with the name of what
+moved, instead of somewhere deep in a training step. Each entry says why no public API serves.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def cudnn_fused_attention() -> tuple[Any, Any]:
+    """(``dot_product_attention``, ``MaskType``) of JAX's cuDNN fused attention.
+
+    ``jax.nn.dot_product_attention`` has no packed (several sequences per row) layout; the
+    cuDNN module's own ``dot_product_attention`` takes per-segment lengths and offsets.
+    """
+    from jax._src.cudnn import fused_attention_stablehlo as fa
+
+    return fa.dot_product_attention, fa.MaskType
+
+
+def cudnn_fix_seqlen_offsets(q_seqlen, kv_seqlen, q_offsets, kv_offsets, query, key):
+    """JAX's own compaction of packed ``[B, M]`` lengths / ``[B, M + 1]`` offsets into the flat
+    per-segment arrays cuDNN reads (run before every packed cuDNN call). Tests run it on our
+    layout to check that every segment lands on its own tokens, the way the GPU will read it."""
+    from jax._src.cudnn import fused_attention_stablehlo as fa
+
+    return fa._fix_seqlen_offsets(q_seqlen, kv_seqlen, q_offsets, kv_offsets, query, key)
+
+
+def jax_backends_started() -> bool:
+    """True once JAX has created a backend. No public API asks without starting one
+    (``jax.devices()`` would), and ``host_memory`` must act before that happens."""
+    xla_bridge = sys.modules.get("jax._src.xla_bridge")
+    return bool(xla_bridge is not None and getattr(xla_bridge, "_backends", None))
+
+
+def jax_compiler_module() -> Any:
+    """``jax._src.compiler``, whose ``_cache_read`` hook ``aot`` bypasses for one compile
+    (an executable JAX's persistent cache deserialized cannot be serialized again)."""
+    from jax._src import compiler
+
+    return compiler
