@@ -42,7 +42,20 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 import google_crc32c
 
 TEST_TOKEN = "allie-jax-test-token"
+# A request header naming the client process (e.g. "host-1"): tests of several processes give
+# each one its own value (``client_env``), and ``GCSEmulator.reads`` says who read which bytes.
+CLIENT_HEADER = "X-Test-Client"
 _DESTINATION_PRECONDITIONS = ("ifGenerationMatch", "ifGenerationNotMatch", "ifMetagenerationMatch")
+
+
+@dataclass(frozen=True)
+class Read:
+    """Object bytes served to a client (one media download or ranged read)."""
+
+    bucket: str
+    name: str
+    nbytes: int
+    client: str  # the CLIENT_HEADER value, "" when the client sent none
 
 
 @dataclass
@@ -194,6 +207,7 @@ class GCSEmulator:
         self.requests: list[tuple[str, str, str]] = []  # (method, path, user agent)
         self.unsupported: list[str] = []
         self.statuses: list[int] = []  # the status of every response, in order
+        self.reads: list[Read] = []  # every media download (whole or ranged), in order
         self.uploads: dict[str, dict] = {}  # resumable upload sessions
         self._ids = itertools.count(1)
         emulator = self
@@ -469,10 +483,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(416, b"", headers)
                 return True
             headers["Content-Range"] = f"bytes {first}-{last}/{size}"
+            self._record_read(bucket, name, last + 1 - first)
             self._send(206, data[first : last + 1], headers)
             return True
+        self._record_read(bucket, name, size)
         self._send(200, data, headers)
         return True
+
+    def _record_read(self, bucket: str, name: str, nbytes: int) -> None:
+        if self.command != "HEAD":
+            self.gcs.reads.append(Read(bucket, name, nbytes, self.headers.get(CLIENT_HEADER, "")))
 
     def _upload(self, rest: str, query: dict, body: bytes) -> bool:
         bucket, _, _ = rest.partition("/o")
@@ -559,6 +579,13 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {"Range": f"bytes=0-{len(data) - 1}"} if data else {}
         self._send(308, b"", headers)
         return True
+
+
+def client_env(client: str) -> dict[str, str]:
+    """Environment that makes a subprocess's gcsfs requests carry ``CLIENT_HEADER: client``
+    (fsspec reads ``FSSPEC_<protocol>`` as JSON keyword arguments of the file system)."""
+    options = json.dumps({"session_kwargs": {"headers": {CLIENT_HEADER: client}}})
+    return {"FSSPEC_GS": options, "FSSPEC_GCS": options}
 
 
 @contextlib.contextmanager

@@ -1,9 +1,10 @@
 """Training batches for the board-state transformer: one example per position of the game records.
 
 The same ArrayRecord game shards the decoder trains on (``launch.prepare_data``) → this process's
-shard → a record order (a fresh permutation every epoch; or the rating curriculum) → each game
-replayed with python-chess into one example per position (``board_features.game_examples``) →
-a window shuffle, so a batch mixes positions of many games → batches of ``board_features.FIELDS``.
+records (``host_shards``: its own files, or every file's records ``[i::n]``) → a record order (a
+fresh permutation every epoch; or the rating curriculum) → each game replayed with python-chess
+into one example per position (``board_features.game_examples``) → a window shuffle, so a batch
+mixes positions of many games → batches of ``board_features.FIELDS``.
 
 Rating curriculum (seed 001, ``curriculum=True``): games are bucketed by the players' mean rating
 (``RATING_BUCKETS``: 1000–1500, 1500–2000, 2000–2500, 2500+); training sees one epoch of each
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 import grain
 import numpy as np
 
-from allie_jax.data import board_features, records, shards
+from allie_jax.data import board_features, host_shards, records
 
 RATING_BUCKETS: tuple[tuple[int, int | None], ...] = (
     (1000, 1500),
@@ -106,19 +107,6 @@ class _Positions(grain.experimental.FlatMapTransform):
         return list(board_features.game_examples(game))
 
 
-class _Sliced:
-    """A picklable view of this process's records (``source[shard_index::shard_count]``)."""
-
-    def __init__(self, source, indices: np.ndarray):
-        self.source, self.indices = source, indices
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, i: int) -> bytes:
-        return self.source[int(self.indices[i])]
-
-
 def make_board_dataset(
     data_dir: str | os.PathLike,
     split: str,
@@ -133,12 +121,7 @@ def make_board_dataset(
     shuffle_window: int = 2048,
 ) -> grain.IterDataset:
     """The grain dataset behind ``make_board_iterator`` (``shuffle_window=0``: no shuffling)."""
-    if not 0 <= shard_index < shard_count:
-        raise ValueError(f"shard_index {shard_index} not in [0, {shard_count})")
-    full = grain.sources.ArrayRecordDataSource(shards.shard_paths(data_dir, split))
-    source = _Sliced(full, np.arange(len(full))[shard_index::shard_count])
-    if len(source) == 0:
-        raise ValueError(f"shard {shard_index}/{shard_count} of {data_dir}/{split} holds no games")
+    source = host_shards.open_records(data_dir, split, shard_index, shard_count)
     if curriculum:
         per_bucket = _bucket_indices(source, buckets)
         epochs: list[int | None] = [1] * (len(per_bucket) - 1) + [num_epochs]

@@ -189,8 +189,9 @@ def find_shards(data_dir: str | os.PathLike, split: str) -> list[str]:
 def shard_paths(data_dir: str | os.PathLike, split: str) -> list[str]:
     """``find_shards`` as local paths, for ArrayRecord's reader (which only does local files).
 
-    Remote shards (``gs://...``) are copied once into the cache (``paths.local_copy``); for a
-    large data set, mount the bucket instead (e.g. with gcsfuse) and pass the mount point.
+    Remote shards (``gs://...``) are copied once into the cache (``paths.local_copy``): all of
+    them. Training reads through ``host_shards.open_records``, which fetches only the files of
+    its own process.
     """
     return [paths.local_copy(p) for p in find_shards(data_dir, split)]
 

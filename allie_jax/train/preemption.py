@@ -8,15 +8,18 @@ on one step (the largest step any host has reached, plus one), and
 ``multihost_utils.reached_preemption_sync_point(step)`` turns True at that step on every host.
 Its SIGTERM handler lives in the runtime, so we must not install a Python one over it.
 
-With one process there is nothing to agree on; a Python SIGTERM handler sets a flag.
+With one process there is nothing to agree on; a Python SIGTERM handler sets a flag. Several
+processes without the sync never get this far: ``distributed.require_preemption_sync`` refuses
+them at start.
 """
 
 from __future__ import annotations
 
 import signal
 
-import jax
 from jax.experimental import multihost_utils
+
+from allie_jax.train.distributed import preemption_sync_available
 
 # EX_TEMPFAIL from sysexits.h: "temporary failure, the user is invited to retry". A scheduler
 # tells a preempted run (relaunch it: it resumes from the step it saved) from a finished one (0)
@@ -36,7 +39,9 @@ class PreemptionWatch:
     """
 
     def __init__(self) -> None:
-        self.synced = jax.distributed.is_initialized()
+        # The sync needs the service running, not only jax.distributed: with the service off,
+        # reached() could never turn True and no handler would catch SIGTERM.
+        self.synced = preemption_sync_available()
         self._flag = False
         self._previous = None
         if not self.synced:
