@@ -116,6 +116,13 @@ def time_baseline(config, host_batch, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def peak_device_bytes() -> int | None:
+    """The most any device held so far (``memory_stats``: GPU/TPU; None on CPU, which has none)."""
+    peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in jax.local_devices()]
+    peaks = [p for p in peaks if p is not None]
+    return max(peaks) if peaks else None
+
+
 def bench_size(name: str, args, data_dir: str) -> dict:
     config = get_config()
     config.model.name = name
@@ -169,6 +176,7 @@ def bench_size(name: str, args, data_dir: str) -> dict:
         "mfu": flops * tokens / statistics.median(step) / (peak * jax.device_count()),
         "peak_known": known,
         "attention": mc.resolved_attention_impl(jax.default_backend()),
+        "peak_device_bytes": peak_device_bytes(),
     }
     if args.baseline:
         base = time_baseline(config, synthetic_batch(args.batch, args.seq_len), args.steps)
@@ -215,6 +223,11 @@ def main() -> None:
             f"MFU {100 * r['mfu']:.1f}%"
             + ("" if r["peak_known"] else " (nominal CPU peak)")
             + f"  attention {r['attention']}"
+            + (
+                f"  peak device memory {r['peak_device_bytes'] / 2**30:.1f} GiB"
+                if r["peak_device_bytes"] is not None
+                else ""
+            )
         )
         if "baseline_tokens_per_s" in r:
             print(

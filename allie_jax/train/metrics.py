@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +49,38 @@ def training_flops_per_token(
 ) -> float:
     """6·N for the matmuls plus the attention term of PaLM's appendix B (12·L·d·T)."""
     return 6.0 * num_params + 12.0 * num_layers * embed_dim * seq_len
+
+
+def model_flops_utilization(
+    flops_per_token: float, real_tokens_per_second: float, peak_flops: float
+) -> float:
+    """MFU: model FLOPs of the *real* tokens (game tokens; padding slots excluded) per second,
+    over the peak of all devices. Padding is compute the step spends but no model work, so
+    counting slots would report packing waste as utilization."""
+    return flops_per_token * real_tokens_per_second / peak_flops
+
+
+class TrainingClock:
+    """Seconds of training in the current log window: time spent in ``excluded()`` blocks
+    (validation) is not charged to the window's throughput and MFU."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self.restart()
+
+    def restart(self) -> None:
+        self._start, self._excluded = self._clock(), 0.0
+
+    @contextlib.contextmanager
+    def excluded(self) -> Iterator[None]:
+        start = self._clock()
+        try:
+            yield
+        finally:
+            self._excluded += self._clock() - start
+
+    def elapsed(self) -> float:
+        return self._clock() - self._start - self._excluded
 
 
 class _RewrittenFile:
