@@ -27,6 +27,9 @@ def get_config():
     config.model.name = "allie_medium"
     config.model.dtype = "bfloat16"
     config.model.init_from_gpt2 = config_dict.placeholder(str)  # required: a path or "scratch"
+    # 24 layers as one scanned block: the step compiles like one layer (bench/RESULTS.md,
+    # "scanned layers"); outputs and checkpoints are the unrolled model's.
+    config.model.scan_layers = True
     config.train.steps = 2_000_000
     config.train.decay_steps = 2_000_000
     config.train.batch_size = 256  # x 512 tokens = 131,072 tokens per step

@@ -23,6 +23,7 @@ from allie_jax.convert.gpt2 import (
     blocks_from_gpt2,
     check_geometry,
     get_tensor,
+    in_config_layout,
     strip_prefix,
 )
 from allie_jax.data import paths
@@ -132,7 +133,7 @@ def released_to_params(
         time_head=get_tensor(state, "time_head.0.weight", (1, d), source).T.copy(),
         time_bias=get_tensor(state, "time_head.0.bias", (1,), source),
     )
-    return params
+    return in_config_layout(params, config)
 
 
 def convert_released_allie(

@@ -17,6 +17,7 @@ import numpy as np
 from etils import epath
 
 from allie_jax.data import paths
+from allie_jax.model import layer_layout
 from allie_jax.model.checkpoint import model_from_params
 from allie_jax.model.config import ModelConfig
 from allie_jax.model.transformer import AllieModel
@@ -142,7 +143,8 @@ def gpt2_to_params(
     seed: int = 0,
     source: str = "gpt2",
 ) -> dict:
-    """Our parameter tree (pure dict of numpy) from a GPT-2 state dict.
+    """Our parameter tree (pure dict of numpy) from a GPT-2 state dict, in ``config``'s layer
+    layout (stacked when ``config.scan_layers``, so the trainer can drop it into its model).
 
     ``reinit_embeddings=False`` keeps the source ``wte`` (its rows must equal ``vocab_size``): only
     useful for parity tests against HF's own forward pass.
@@ -172,7 +174,14 @@ def gpt2_to_params(
         time_head=rng.normal(0.0, 0.02, size=(d, 1)).astype(np.float32),
         time_bias=np.zeros((1,), np.float32),
     )
-    return params
+    return in_config_layout(params, config)
+
+
+def in_config_layout(params: dict, config: ModelConfig) -> dict:
+    """A converter's unrolled tree restacked to ``config.scan_layers``'s layout."""
+    return layer_layout.to_layout(
+        params, scan_layers=config.scan_layers, num_layers=config.num_layers
+    )
 
 
 def convert_gpt2(

@@ -178,14 +178,19 @@ class Allie:
     def __init__(
         self, model: Any, *, searcher_factory: Any = None, fixed_shapes: bool = False
     ) -> None:
-        self.model = model
         from allie_jax.engine import board as board_engine
 
         if board_engine.is_board_model(model):  # the board-state family (engine/board.py)
             self._forward = board_engine.BoardForward(model)
             searcher_factory = searcher_factory or board_engine.BoardSearcher
         else:
+            from allie_jax.model.checkpoint import with_layer_layout
+
+            # The search and the cache read one layer at a time: a scanned (training) layout
+            # would slice every stacked weight per layer per step, so play unrolled.
+            model = with_layer_layout(model, scan_layers=False)
             self._forward = _Forward(model)
+        self.model = model
         self._searcher_factory = searcher_factory
         self._searchers: dict[Any, Any] = {}
         self.fixed_shapes = fixed_shapes

@@ -153,7 +153,7 @@ def _packed_forward(graphdef, state, tokens, positions, rows, row_segments, back
         a = jnp.concatenate([a[0], jnp.zeros((1, *a.shape[2:]), a.dtype)])
         return a[rows]
 
-    for block in m.blocks:
+    for block in m.layer_blocks():
         impl = block.attn.games_impl
         impl = block.attn.resolved_impl() if impl == "auto" else impl
         q, k, v = block.attention_inputs(x)

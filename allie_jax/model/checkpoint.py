@@ -10,6 +10,10 @@ and the ``ModelConfig`` that shapes them. ``load_model`` also accepts a training
 and restores its best step (``best/``, else the lowest saved ``val_loss`` metric), else its latest. ``restore_params_from_workdir`` is that second half on its own, so the
 training code can reuse or adapt it.
 
+Either layer layout (``ModelConfig.scan_layers``: ``blocks.{i}.*`` or stacked ``layers.*``) loads
+into the other: checkpoints are restored in the layout they were saved in (their ``config.json``)
+and ``model_from_params`` restacks them for the config asked for (``model/layer_layout.py``).
+
 Model directories and workdirs are user paths, so they go through ``etils.epath``: ``gs://b/run``
 is read from Cloud Storage (Orbax's arrays through TensorStore's own gcs driver), never turned
 into a local ``./gs:/b/run`` as ``pathlib`` would.
@@ -17,6 +21,7 @@ into a local ``./gs:/b/run`` as ``pathlib`` would.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -32,6 +37,7 @@ from etils import epath
 from flax import nnx
 
 from allie_jax.data.paths import as_path, is_remote, local_copy
+from allie_jax.model import layer_layout
 from allie_jax.model.config import ModelConfig
 from allie_jax.model.transformer import AllieModel
 
@@ -63,11 +69,17 @@ def abstract_params(config: ModelConfig) -> dict:
 
 
 def model_from_params(config: ModelConfig, params: Mapping, *, seed: int = 0) -> AllieModel:
-    """An ``AllieModel`` holding ``params`` (a pure dict), without allocating a random init first."""
+    """An ``AllieModel`` holding ``params`` (a pure dict), without allocating a random init first.
+
+    ``params`` may be in either layer layout; it is restacked to ``config.scan_layers``'s.
+    """
     model = abstract_model(config)
     state = nnx.state(model, nnx.Param)
+    params = _int_keys(params)
+    if hasattr(config, "scan_layers"):  # the decoder family (the board family has one layout)
+        params = _in_layout(params, config)
     expected = flatten_params(state.to_pure_dict(), to_numpy=False)
-    got = flatten_params(_int_keys(params), to_numpy=False)
+    got = flatten_params(params, to_numpy=False)
     if set(expected) != set(got):
         raise CheckpointError(
             "parameter names do not match the config: "
@@ -87,17 +99,47 @@ def model_from_params(config: ModelConfig, params: Mapping, *, seed: int = 0) ->
     return model
 
 
+def _in_layout(params: Mapping, config: ModelConfig) -> dict:
+    """``params`` restacked to ``config``'s layer layout; a clear error when it is neither."""
+    try:
+        return layer_layout.to_layout(
+            params, scan_layers=config.scan_layers, num_layers=config.num_layers
+        )
+    except layer_layout.LayerLayoutError as err:
+        raise CheckpointError(f"parameters do not fit the config: {err}") from None
+
+
 def _materialise_rngs(model: AllieModel, seed: int) -> None:
-    """Give the dropout streams of an abstract model real keys (they carry no learned state)."""
+    """Give the dropout streams of an abstract model real keys (they carry no learned state).
+
+    A stacked layer's stream holds one key per layer (shape ``[layers]``): each gets its own.
+    """
     state = nnx.state(model, nnx.RngState)
     leaves, treedef = jax.tree.flatten(state)
     fresh = [
-        jax.random.fold_in(jax.random.key(seed), i)
+        _fresh_keys(jax.random.fold_in(jax.random.key(seed), i), x.shape)
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
         else jnp.zeros(x.shape, x.dtype)
         for i, x in enumerate(leaves)
     ]
     nnx.update(model, jax.tree.unflatten(treedef, fresh))
+
+
+def _fresh_keys(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    return jax.random.split(key, shape) if shape else key
+
+
+def with_layer_layout(model: AllieModel, *, scan_layers: bool) -> AllieModel:
+    """``model`` itself when already in that layout, else a new model with the same weights.
+
+    Inference uses this to run a scanned training checkpoint unrolled (the search reads one
+    layer at a time); the dropout streams are fresh, the parameters identical.
+    """
+    config = model.config
+    if getattr(config, "scan_layers", scan_layers) == scan_layers:
+        return model
+    config = dataclasses.replace(config, scan_layers=scan_layers)
+    return model_from_params(config, params_dict(model))
 
 
 def _int_keys(tree: Any) -> Any:
@@ -265,20 +307,25 @@ def load_model(
     """A model from a model directory or a training workdir.
 
     ``config_overrides`` change non-shape fields at load time, e.g. ``dtype="bfloat16"`` for
-    inference or ``dropout=0.0``.
+    inference or ``dropout=0.0``; ``scan_layers`` picks the layer layout whatever the saved one.
     """
     path = _user_path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such checkpoint")
     if path.is_file():
         raise CheckpointError(file_instead_of_directory(path))
-    config = _read_config(path)
+    saved = _read_config(path)
+    config = saved
     if config_overrides:
         config = type(config).from_dict({**config.to_dict(), **config_overrides})
+    # Restore in the layout the checkpoint was written in; model_from_params restacks it.
+    as_saved = config
+    if hasattr(saved, "scan_layers"):
+        as_saved = dataclasses.replace(config, scan_layers=saved.scan_layers)
     if (path / PARAMS_DIR).exists():
-        params = ocp.StandardCheckpointer().restore(path / PARAMS_DIR, abstract_params(config))
+        params = ocp.StandardCheckpointer().restore(path / PARAMS_DIR, abstract_params(as_saved))
     elif (path / CHECKPOINTS_DIR).exists():
-        params, _ = restore_params_from_workdir(path, config, step)
+        params, _ = restore_params_from_workdir(path, as_saved, step)
     else:
         raise CheckpointError(
             f"{path}: neither a model directory ({PARAMS_DIR}/) nor a training workdir "

@@ -77,6 +77,11 @@ class ModelConfig(NamedConfig):
     # Activation memory: none, dots_saveable (keep matmul outputs, recompute the rest in the
     # backward pass), full (keep only each block's input). True/False (older files) = full/none.
     remat: str | bool = "none"
+    # Layer layout: False keeps one Block per layer (``blocks.{i}.*``); True keeps one Block whose
+    # parameters carry a leading layer axis (``layers.*[i]``) and runs whole games as one
+    # ``nnx.scan``, so a deep model compiles in about the time of one layer. Same outputs;
+    # checkpoints of either layout load into the other (``model/layer_layout.py``).
+    scan_layers: bool = False
 
     def __post_init__(self) -> None:
         if self.embed_dim % self.num_heads:

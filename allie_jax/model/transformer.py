@@ -12,6 +12,10 @@ Layout choices, and why:
   through ``jax.nn.dot_product_attention`` with an explicit boolean mask.
 - Dropout is applied to the embeddings and the residual branches (GPT-2's ``embd_pdrop`` and
   ``resid_pdrop``); fused attention has no dropout on the attention probabilities.
+- Layers are kept one Block per layer (``blocks``) or, with ``config.scan_layers``, as one Block
+  whose parameters carry a leading layer axis (``layers``, ``model/layer_layout.py``): whole games
+  then run as one ``nnx.scan``, so 24 or 36 layers trace and compile like one. Per-layer paths
+  (KV cache, search) read ``layer_blocks()``, which is the same Blocks in either layout.
 """
 
 from __future__ import annotations
@@ -208,6 +212,46 @@ class Block(nnx.Module):
         return self._rest(x, self.attn.attend_games(q, k, v, segment_ids), deterministic)
 
 
+# The layer axis of stacked parameters has no logical name: it is never sharded (each step of
+# the scan reads one whole layer), so its PartitionSpec entry is None.
+LAYER_AXIS_METADATA = {nnx.PARTITION_NAME: None}
+
+
+def stacked_blocks(cfg: ModelConfig, rngs: nnx.Rngs) -> Block:
+    """``cfg.num_layers`` Blocks as one, each parameter with a leading layer axis.
+
+    Built by ``nnx.vmap`` over split rngs (Flax's scan-over-layers idiom), so every layer gets
+    its own initial weights and its own dropout stream, and the sharding metadata gains the
+    leading ``None`` the trainer's ``state_shardings`` needs.
+    """
+
+    @nnx.split_rngs(splits=cfg.num_layers)
+    @nnx.vmap(in_axes=(0,), out_axes=0, transform_metadata=LAYER_AXIS_METADATA)
+    def make(rngs: nnx.Rngs) -> Block:
+        return Block(cfg, rngs)
+
+    return make(rngs)
+
+
+def layer_view(stacked: Block, i: int) -> Block:
+    """Layer ``i`` of a stacked Block as a plain Block (a slice of its state; works inside jit).
+
+    The view is a copy: what it changes (a dropout counter) does not reach ``stacked``. Its
+    sharding metadata loses the layer axis, so it reads like an unrolled layer's.
+    """
+    graphdef, state = nnx.split(stacked)
+    sliced = jax.tree.map(lambda x: x[i], state)
+
+    def drop_layer_axis(v: nnx.Variable) -> nnx.Variable:
+        names = v.get_metadata().get("out_sharding")
+        if names:
+            v.set_metadata(out_sharding=tuple(names[1:]))
+        return v
+
+    sliced = jax.tree.map(drop_layer_axis, sliced, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return nnx.merge(graphdef, sliced)
+
+
 def soft_elo(elo: Array, table: Array) -> Array:
     """The soft Elo token ``a·E_strong + (1 − a)·E_weak`` (released Allie's rule, one place).
 
@@ -241,7 +285,10 @@ class AllieModel(nnx.Module):
         # Row 0 is the strong end (weight a), row 1 the weak end (1 − a), as in the released code.
         self.elo_embed = _param(rngs, _normal(0.02), (2, d), (None, sh.EMBED), pd)
         self.embed_dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
-        self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
+        if cfg.scan_layers:
+            self.layers = stacked_blocks(cfg, rngs)  # layers.attn.query[i] = blocks.{i}.attn.query
+        else:
+            self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
         self.ln_f = LayerNorm(cfg, rngs)
         self.value_head = _param(rngs, _normal(0.02), (d, 1), (sh.EMBED, None), pd)
         self.value_bias = _param(rngs, _zeros, (1,), (None,), pd)
@@ -249,6 +296,13 @@ class AllieModel(nnx.Module):
         self.time_bias = _param(rngs, _zeros, (1,), (None,), pd)
 
     # ------------------------------------------------------------------ pieces shared by all paths
+    def layer_blocks(self) -> list[Block]:
+        """One Block per layer, in order, whatever the layout: the unrolled Blocks themselves, or
+        views of the stacked one (``layer_view``) for the per-layer paths (cache, search)."""
+        if self.config.scan_layers:
+            return [layer_view(self.layers, i) for i in range(self.config.num_layers)]
+        return list(self.blocks)
+
     def embed(self, tokens: Array, positions: Array, deterministic: bool = True) -> Array:
         """Token (or soft Elo) embedding plus learned position; Elo ids are ``elo + vocab_size``."""
         cfg = self.config
@@ -300,8 +354,19 @@ class AllieModel(nnx.Module):
         policy = REMAT_POLICY[self.config.remat]
         if self.config.remat != "none":
             run_block = nnx.remat(run_block, policy=policy)
-        for block in self.blocks:
-            x = run_block(block, x)
+        if self.config.scan_layers:
+            # One traced layer; each step reads row i of every stacked parameter and advances
+            # that layer's own dropout stream (the Block's state is scanned over, not carried).
+            scan = nnx.scan(
+                run_block,
+                in_axes=(0, nnx.Carry),
+                out_axes=nnx.Carry,
+                transform_metadata=LAYER_AXIS_METADATA,
+            )
+            x = scan(self.layers, x)
+        else:
+            for block in self.blocks:
+                x = run_block(block, x)
         return self.heads(x)
 
     # ------------------------------------------------------------------ (b) KV cache
@@ -346,8 +411,9 @@ class AllieModel(nnx.Module):
         mask = (jnp.arange(m)[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, S, M]
         x = self.embed(tokens, positions)
         ks, vs = cache.k, cache.v
-        last = len(self.blocks) - 1
-        for i, block in enumerate(self.blocks):
+        blocks = self.layer_blocks()
+        last = len(blocks) - 1
+        for i, block in enumerate(blocks):
             q, k, v = block.attention_inputs(x)
             ks = ks.at[i, rows, write].set(k.astype(ks.dtype), mode="drop")
             vs = vs.at[i, rows, write].set(v.astype(vs.dtype), mode="drop")
@@ -388,7 +454,7 @@ class AllieModel(nnx.Module):
         )[:, None]
         x = self.embed(tokens, positions)
         new_k, new_v = [], []
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(self.layer_blocks()):
             q, k, v = block.attention_inputs(x)
             dt = q.dtype
             keys = jnp.concatenate([root_cache.k[i].astype(dt), path_k[i].astype(dt), k], axis=1)

@@ -190,7 +190,7 @@ def path_forward(model: Any, action, root: RootKV, path_nodes, path_len, store_k
         )
     )
     new_k, new_v = [], []
-    for i, block in enumerate(model.blocks):
+    for i, block in enumerate(model.layer_blocks()):
         q, k, v = block.attention_inputs(x)  # [b, 1, heads, hd]
         q, k, v = q[:, 0], k[:, 0], v[:, 0]
         path_k, path_v = all_k[:, i], all_v[:, i]  # [b, heads, P, hd]

@@ -7,6 +7,11 @@ Layout of a training workdir::
     WORKDIR/best/<step>/           params and train state of the lowest validation loss so far
 
 Two managers, because Orbax's ``best_fn`` replaces "keep the last K" rather than adding to it.
+
+A run resumes in the layer layout it was saved in (``ModelConfig.scan_layers``): a checkpoint of
+the other layout is refused with the flag that resumes it, because the optimizer state mirrors
+the parameters' tree and is not restacked. The parameters alone load in either layout through
+``model.checkpoint.load_model`` (evaluation, play, a fresh run's initial weights).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from flax import nnx
 
+from allie_jax.model import layer_layout
 from allie_jax.train import paths
 from allie_jax.train.state import TrainState
 
@@ -105,6 +111,7 @@ class Checkpointer:
         """Restore into the shapes/shardings of ``abstract_state``; returns the new TrainState."""
         step = self.latest.latest_step() if step is None else step
         target = _state_items(abstract_state)
+        self._check_layer_layout(step, target["params"])
         abstract = jax.tree.map(
             lambda x: ocp.utils.to_shape_dtype_struct(x) if hasattr(x, "shape") else x, target
         )
@@ -122,6 +129,23 @@ class Checkpointer:
             rest=rest,
             opt_state=restored["train_state"]["opt_state"],
         )
+
+    def _check_layer_layout(self, step: int, params: dict) -> None:
+        """A clear stop when step ``step`` holds the other layer layout than this run's model."""
+        if not {layer_layout.UNROLLED_KEY, layer_layout.SCANNED_KEY} & set(params):
+            return  # a family without the decoder's layers (board family)
+        saved = ocp.StandardCheckpointHandler().metadata(self.directory / str(step) / "params")
+        saved_keys = set(saved.tree)
+        if not {layer_layout.UNROLLED_KEY, layer_layout.SCANNED_KEY} & saved_keys:
+            return
+        was_scanned = layer_layout.is_scanned(saved.tree)
+        if was_scanned != layer_layout.is_scanned(params):
+            raise ValueError(
+                f"checkpoint step {step} in {self.directory} holds the "
+                f"{'scanned' if was_scanned else 'unrolled'} layer layout and this run's model "
+                f"the other; resume with --config.model.scan_layers={was_scanned} (the same "
+                "model, only compiled differently; the optimizer state is not restacked)"
+            )
 
     def wait(self) -> None:
         self.latest.wait_until_finished()
