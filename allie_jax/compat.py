@@ -6,7 +6,9 @@ moved, instead of somewhere deep in a training step. Each entry says why no publ
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -43,3 +45,31 @@ def jax_compiler_module() -> Any:
     from jax._src import compiler
 
     return compiler
+
+
+@contextlib.contextmanager
+def cudnn_compute_capability(capability: str) -> Iterator[None]:
+    """While tracing, JAX's cuDNN attention asks the compile target (compute ``capability``,
+    e.g. "9.0") what it supports instead of this host.
+
+    ``fused_attention_stablehlo.check_is_flash_attention`` decides at trace time whether the
+    packed (segment) layout is allowed by calling ``check_compute_capability``, which reads the
+    compute capability of the *host's* default backend. Compiling for an H100 from a CPU host
+    (``allie_jax.compile_check``) stops there with "Packed layout requires a GPU with at least
+    Hopper architecture", although XLA then compiles the cuDNN call for the target without a
+    device. Inside this block both capability checks answer for ``capability``; restored on exit.
+    """
+    from jax._src.cudnn import fused_attention_stablehlo as fa
+
+    target = _capability(capability)
+    saved = fa.check_compute_capability, fa.is_cuda_compute_capability_equal
+    fa.check_compute_capability = lambda c: target >= _capability(c)
+    fa.is_cuda_compute_capability_equal = lambda c: target == _capability(c)
+    try:
+        yield
+    finally:
+        fa.check_compute_capability, fa.is_cuda_compute_capability_equal = saved
+
+
+def _capability(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))

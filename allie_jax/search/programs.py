@@ -1,0 +1,96 @@
+"""The search of a batch of roots as one jitted program over *abstract* inputs.
+
+``Searcher.run`` calls three jitted functions per move: the prefill, the replay, and
+``searcher._search`` (the root evaluation, every simulation step, the final policy). The last is
+the one that runs the model once per simulation, so it is the program an accelerator check
+compiles. Its inputs here are the shapes the Searcher gives it, read with ``jax.eval_shape`` from
+the same prefill and replay functions, so a change to their outputs reaches this program too.
+
+Shapes follow the UCI engine's ``fixed_shapes``: a tree of ``max_sims + 1`` slots, and a root
+cache ``ENGINE_SHORT_WIDTH`` (128) tokens wide (games up to about 120 plies).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from allie_jax.model import AllieModel, ModelConfig
+from allie_jax.search import searcher, tree_search
+from allie_jax.search.config import SearchConfig
+
+
+@dataclasses.dataclass
+class SearchProgram:
+    """``jitted.lower(*args, **static)`` is the search of ``batch`` roots."""
+
+    jitted: Any
+    args: tuple
+    static: dict[str, Any]
+    batch: int
+    width: int
+
+
+def _placed(tree: Any, sharding) -> Any:
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+
+def search_program(
+    model_config: ModelConfig,
+    config: SearchConfig,
+    batch: int,
+    sharding,
+    width: int = searcher.ENGINE_SHORT_WIDTH,
+) -> SearchProgram:
+    """The search of ``batch`` roots (a power of two) with every input placed on ``sharding``."""
+    if batch < 1 or batch & (batch - 1):
+        raise ValueError(
+            f"search batch {batch}: expected a power of two (the Searcher pads to one)"
+        )
+    width = min(width, model_config.max_len)
+    abstract = nnx.eval_shape(lambda: AllieModel(model_config, rngs=nnx.Rngs(0)))
+    graphdef, params = nnx.split(abstract)
+
+    def prefill(params, tokens, num_new):
+        model = nnx.merge(graphdef, params)
+        cache = model.init_cache(batch, width)
+        return searcher._prefill.jitted(graphdef, params, tokens, cache, num_new)
+
+    tokens = jax.ShapeDtypeStruct((batch, searcher.PREFILL_BUCKETS[0]), jnp.int32)
+    rows = jax.ShapeDtypeStruct((batch,), jnp.int32)
+    root_out, cache = jax.eval_shape(prefill, params, tokens, rows)
+    moves = jax.ShapeDtypeStruct((batch, width), jnp.int32)
+    state, _, _ = jax.eval_shape(
+        lambda m, n: searcher._replay.jitted(m, n, config.rules), moves, rows
+    )
+    budgets = np.full(batch, config.max_sims, np.int32)
+    gumbel = searcher.gumbel_params(config)
+    table = searcher._halving_table(config) if gumbel is not None else None
+    host = (
+        budgets,
+        searcher.budget_lib.scaled_c_puct(config, budgets),
+        np.zeros(batch, bool),  # argmax rows
+        jax.eval_shape(lambda: jax.random.key(0)),
+        np.arange(batch, dtype=np.int32),  # order
+    )
+    args = (
+        graphdef,
+        *_placed((params, cache, state, root_out), sharding),
+        *_placed(host, sharding),
+        None,  # anchor logits: the model's own prior
+        None if table is None else _placed(table, sharding),
+    )
+    static = dict(
+        num_nodes=config.max_sims + 1,
+        config=config,
+        tree_params=tree_search.SearchParams(
+            config.c_base, config.fpu_mode, float(config.fpu), config.max_path
+        ),
+        row_buckets=searcher.row_buckets(batch, config.mode),
+    )
+    return SearchProgram(searcher._search.jitted, args, static, batch, width)
