@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ml_collections
+from ml_collections import config_dict
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -20,6 +21,17 @@ def base_config() -> ml_collections.ConfigDict:
     config.model.attention_impl = "auto"
     # Activation memory in the backward pass: none | dots_saveable | full.
     config.model.remat = "none"
+    # Layers as one scanned block (compiles a deep model like one layer); same outputs.
+    config.model.scan_layers = False
+    # Game pieces + padding run per packed row that the cuDNN kernel's static layout holds; the
+    # pipeline packs at most one fewer games per row (model/attention.py).
+    config.model.max_segments_per_row = 32
+    # GPT-2's dropout placement, as the released trainer: after the embeddings, on the residual
+    # branches, on the attention probabilities (XLA kernel only). Unset: model.dropout, model.dropout
+    # and 0.0.
+    config.model.embd_pdrop = config_dict.placeholder(float)
+    config.model.resid_pdrop = config_dict.placeholder(float)
+    config.model.attn_pdrop = config_dict.placeholder(float)
 
     config.data = ml_collections.ConfigDict()
     config.data.data_dir = ""  # output of `python -m launch.prepare_data`
@@ -67,7 +79,9 @@ def base_config() -> ml_collections.ConfigDict:
     config.mesh.dcn_tensor = 1
 
     config.distributed = ml_collections.ConfigDict()
-    config.distributed.initialize = False  # call jax.distributed.initialize() (multi-host)
+    # "auto": call jax.distributed.initialize() when the environment names a multi-process job
+    # (train/distributed.py lists the variables); True / False force it. Any type: a bool or "auto".
+    config.distributed.initialize = ml_collections.FieldReference("auto", field_type=object)
     config.distributed.coordinator_address = ""
     config.distributed.num_processes = 0
     config.distributed.process_id = -1

@@ -180,3 +180,32 @@ def test_remat_policies_give_the_same_gradients():
     # "full" is checked in test_model (remat=True).
     for a, b in zip(grads("none"), grads("dots_saveable"), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=1e-5)
+
+
+def test_attention_dropout_is_gpt2s_attn_pdrop():
+    """``attn_pdrop`` drops attention probabilities in training only (XLA kernel), and the other
+    kernels refuse it before a run starts; unset, the rates are the old ``dropout`` ones."""
+    q, k, v = _qkv()
+    seg = jnp.asarray(_segments())
+    same = A.xla_attention_with_dropout(q, k, v, seg, lambda p: p)
+    np.testing.assert_allclose(
+        np.asarray(same), np.asarray(A.xla_attention(q, k, v, seg)), atol=1e-5
+    )
+
+    config = ModelConfig(num_layers=1, dropout=0.0, attn_pdrop=0.5)
+    assert (config.embedding_dropout, config.residual_dropout) == (0.0, 0.0)
+    model = AllieModel(config, rngs=nnx.Rngs(0))
+    tokens = jnp.asarray(synthetic_batch(2, 64, seed=1)["inputs"])
+    plain = AllieModel(ModelConfig(num_layers=1, dropout=0.0), rngs=nnx.Rngs(0))
+    nnx.update(model, nnx.state(plain, nnx.Param))  # same weights: only dropout differs
+    eval_a = model(tokens, segment_ids=seg, deterministic=True).policy_logits
+    eval_b = plain(tokens, segment_ids=seg, deterministic=True).policy_logits
+    np.testing.assert_allclose(np.asarray(eval_a), np.asarray(eval_b), atol=1e-5)
+    train = model(tokens, segment_ids=seg, deterministic=False).policy_logits
+    assert float(jnp.max(jnp.abs(train - eval_a))) > 1e-3
+
+    config.check_attention_dropout("cpu")  # auto -> xla: fine
+    with pytest.raises(ValueError, match="attention_impl=xla"):
+        config.check_attention_dropout("tpu")  # auto -> splash
+    old = ModelConfig(dropout=0.2)
+    assert (old.embedding_dropout, old.residual_dropout, old.attention_dropout) == (0.2, 0.2, 0.0)

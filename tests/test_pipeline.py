@@ -129,3 +129,29 @@ def test_augmented_headers_appear(data_dir):
         first = (b["positions"] == 0) & (b["segment_ids"] > 0)
         starts += b["inputs"][first].tolist()
     assert vocab.BOS in starts and all(t == vocab.BOS or t >= vocab.ELO_OFFSET for t in starts)
+
+
+def test_games_per_row_capped_for_the_cudnn_layout(data_dir):
+    """``max_games_per_row`` bounds the segments of every row (one slot stays for the padding
+    run), so the cuDNN kernel's static layout holds every row; no game is lost on the way."""
+    from allie_jax.model import attention
+
+    def rows(cap):
+        ds = pipeline.make_dataset(
+            data_dir,
+            "train",
+            batch_size=4,
+            seq_len=512,
+            num_epochs=1,
+            augment=False,
+            with_ids=True,
+            max_games_per_row=cap,
+        )
+        return list(ds)
+
+    uncapped, capped = rows(None), rows(2)
+    most = max(int(np.max(attention.segments_per_row(b["segment_ids"]))) for b in uncapped)
+    assert most > 3  # the sample data does pack more than two games into a row
+    for b in capped:
+        assert int(np.max(attention.segments_per_row(b["segment_ids"]))) <= 3
+    assert sorted(_decode(capped)) == sorted(_decode(uncapped))

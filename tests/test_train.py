@@ -75,9 +75,18 @@ def test_resume_gives_identical_parameters(prepared_sample, tmp_path):
         "learning_rate",
         "grad_norm",
         "tokens_per_second",
+        "real_tokens_per_second",
+        "real_tokens",
         "mfu",
         "step_time",
     } <= set(train_records[-1])
+    # MFU counts game tokens only: the packed rows' padding slots are no model work.
+    last = train_records[-1]
+    assert 0 < last["real_tokens"] < 4 * 128  # batch 4 x 128 slots, some of them padding
+    assert last["real_tokens_per_second"] < last["tokens_per_second"]
+    assert last["mfu"] / last["real_tokens_per_second"] == pytest.approx(
+        train_records[0]["mfu"] / train_records[0]["real_tokens_per_second"], rel=1e-6
+    )
     assert any(r["split"] == "val" and "policy_accuracy" in r for r in records)
     assert list((straight / "tensorboard").iterdir())
     assert (straight / "best").is_dir() and (straight / "config.json").is_file()
@@ -248,3 +257,18 @@ def test_paper_config_requires_an_explicit_start(prepared_sample):
     path = parse("--config.model.init_from_gpt2=/nowhere/model.safetensors")
     with pytest.raises(FileNotFoundError, match="init_from_gpt2"):
         validate_config(path)
+
+
+def test_validation_time_is_not_charged_to_the_training_window():
+    from allie_jax.train.metrics import TrainingClock, model_flops_utilization
+
+    now = [100.0]
+    clock = TrainingClock(lambda: now[0])
+    now[0] += 2.0  # two seconds of steps
+    with clock.excluded():
+        now[0] += 30.0  # a validation
+    now[0] += 1.0
+    assert clock.elapsed() == 3.0
+    clock.restart()
+    assert clock.elapsed() == 0.0
+    assert model_flops_utilization(6e9, 1e3, 1e14) == pytest.approx(0.06)

@@ -1,6 +1,7 @@
 """Training batches from ArrayRecord shards with grain (docs/INTERFACES.md, ``allie_jax.data``).
 
-ArrayRecord source → this process's shard (``[shard_index::shard_count]``) → shuffle (a fresh
+ArrayRecord source → this process's records (``host_shards``: its own files when there are at
+least as many as processes, else ``[shard_index::shard_count]``) → shuffle (a fresh
 permutation every epoch) → repeat → decode + augment + cut into pieces → first-fit packing into
 ``seq_len`` rows → batches. Everything random is a function of (seed, epoch, record index), and
 every stage is a grain dataset with checkpointable state, so ``get_state``/``set_state`` resume
@@ -15,7 +16,7 @@ import os
 import grain
 import numpy as np
 
-from allie_jax.data import packing, records, shards
+from allie_jax.data import host_shards, packing, records
 from allie_jax.game import encode_game
 
 DROP_ELO_RATE = 0.05  # SPEC §1 augmentation: both Elos -> one <BOS>
@@ -78,16 +79,14 @@ def make_dataset(
     augment: bool = True,
     num_epochs: int | None = None,
     num_packing_bins: int | None = None,
+    max_games_per_row: int | None = None,
     with_ids: bool = False,
 ) -> grain.IterDataset:
     """The grain dataset behind ``make_iterator``; ``with_ids`` adds ``record_index`` (the
-    global index: epoch × records + position) and ``piece_index`` features for debugging."""
-    if not 0 <= shard_index < shard_count:
-        raise ValueError(f"shard_index {shard_index} not in [0, {shard_count})")
-    source = grain.sources.ArrayRecordDataSource(shards.shard_paths(data_dir, split))
-    ds = grain.MapDataset.source(source)[shard_index::shard_count]
-    if len(ds) == 0:
-        raise ValueError(f"shard {shard_index}/{shard_count} of {data_dir}/{split} holds no games")
+    global index: epoch × records + position) and ``piece_index`` features for debugging.
+    ``max_games_per_row`` caps the game pieces packed into one row (None: as many as fit)."""
+    source = host_shards.open_records(data_dir, split, shard_index, shard_count)
+    ds = grain.MapDataset.source(source)
     epoch_len = len(ds)
     ds = ds.shuffle(seed=seed).repeat(num_epochs)
     ds = ds.map_with_index(
@@ -108,6 +107,8 @@ def make_dataset(
         length_struct={k: seq_len for k in fields},
         num_packing_bins=num_packing_bins or batch_size,
         shuffle_bins=False,
+        # The cuDNN kernel's packed layout has a static number of segment slots per row.
+        max_sequences_per_bin=max_games_per_row,
         padding_struct={k: padding[k] for k in fields},
     )
     return it.map(_finish).batch(batch_size, drop_remainder=num_epochs is None)

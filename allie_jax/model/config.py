@@ -77,6 +77,17 @@ class ModelConfig(NamedConfig):
     # Activation memory: none, dots_saveable (keep matmul outputs, recompute the rest in the
     # backward pass), full (keep only each block's input). True/False (older files) = full/none.
     remat: str | bool = "none"
+    # Segments (game pieces + the padding run) per packed row that the cuDNN kernel is compiled
+    # for: its packed layout has a static width, and cuDNN keeps float32 softmax statistics for
+    # every slot. The training pipeline packs at most ``max_segments_per_row - 1`` games per row;
+    # a row with more comes out of the cuDNN kernel as NaN (the loss check stops the run).
+    max_segments_per_row: int = 32
+    # GPT-2's three dropout rates (the released trainer's placement): after the embeddings, on
+    # the residual branches, and on the attention probabilities. None: ``dropout`` (embd/resid)
+    # and 0.0 (attn). Attention dropout needs the XLA kernel (flash kernels have none here).
+    embd_pdrop: float | None = None
+    resid_pdrop: float | None = None
+    attn_pdrop: float | None = None
     # Layer layout: False keeps one Block per layer (``blocks.{i}.*``); True keeps one Block whose
     # parameters carry a leading layer axis (``layers.*[i]``) and runs whole games as one
     # ``nnx.scan``, so a deep model compiles in about the time of one layer. Same outputs;
@@ -104,6 +115,37 @@ class ModelConfig(NamedConfig):
             )
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat={self.remat!r}: expected one of {REMAT_POLICIES}")
+        if self.max_segments_per_row < 2:
+            raise ValueError(
+                f"max_segments_per_row={self.max_segments_per_row}: need at least 2 (a game and "
+                "the padding run)"
+            )
+        for field in ("dropout", "embd_pdrop", "resid_pdrop", "attn_pdrop"):
+            rate = getattr(self, field)
+            if rate is not None and not 0.0 <= rate < 1.0:
+                raise ValueError(f"{field}={rate!r}: expected a rate in [0, 1)")
+
+    @property
+    def embedding_dropout(self) -> float:
+        return self.dropout if self.embd_pdrop is None else self.embd_pdrop
+
+    @property
+    def residual_dropout(self) -> float:
+        return self.dropout if self.resid_pdrop is None else self.resid_pdrop
+
+    @property
+    def attention_dropout(self) -> float:
+        return 0.0 if self.attn_pdrop is None else self.attn_pdrop
+
+    def check_attention_dropout(self, backend: str) -> None:
+        """Attention dropout runs in the XLA kernel only; say so before a run starts."""
+        impl = self.resolved_attention_impl(backend)
+        if self.attention_dropout > 0 and impl != "xla":
+            raise ValueError(
+                f"attn_pdrop={self.attention_dropout} needs attention_impl=xla (the {impl} "
+                "kernel has no attention dropout here): pass --config.model.attention_impl=xla "
+                "or --config.model.attn_pdrop=0"
+            )
 
     def resolved_attention_impl(self, backend: str) -> str:
         """The kernel ``auto`` stands for on ``backend`` (``jax.default_backend()``).

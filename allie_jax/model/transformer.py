@@ -10,8 +10,9 @@ Layout choices, and why:
   cuDNN flash on GPU, Pallas splash on TPU, XLA elsewhere), with segment ids rather than a mask
   where the kernel takes them. The cache and search paths, whose keys are not one causal row, go
   through ``jax.nn.dot_product_attention`` with an explicit boolean mask.
-- Dropout is applied to the embeddings and the residual branches (GPT-2's ``embd_pdrop`` and
-  ``resid_pdrop``); fused attention has no dropout on the attention probabilities.
+- Dropout sits where GPT-2 (and the released trainer) put it: after the embeddings
+  (``embd_pdrop``), on the residual branches (``resid_pdrop``) and, with the XLA kernel, on the
+  attention probabilities (``attn_pdrop``, off unless set: the flash kernels have none).
 - Layers are kept one Block per layer (``blocks``) or, with ``config.scan_layers``, as one Block
   whose parameters carry a leading layer axis (``layers``, ``model/layer_layout.py``): whole games
   then run as one ``nnx.scan``, so 24 or 36 layers trace and compile like one. Per-layer paths
@@ -117,6 +118,11 @@ class Attention(nnx.Module):
         # Masked paths (cache, search) only use cuDNN when asked for explicitly.
         self.impl = "cudnn" if cfg.attention_impl == "cudnn" else "xla"
         self.games_impl = cfg.attention_impl
+        self.max_segments = getattr(cfg, "max_segments_per_row", attn.DEFAULT_MAX_SEGMENTS)
+        # GPT-2's attn_pdrop, on the attention probabilities of whole games (XLA kernel only;
+        # ModelConfig.check_attention_dropout refuses the others before a run starts).
+        rate = cfg.attention_dropout if hasattr(cfg, "attention_dropout") else 0.0
+        self.prob_dropout = nnx.Dropout(rate, rngs=rngs) if rate > 0 else None
 
     def project(self, x: Array) -> tuple[Array, Array, Array]:
         """Queries, keys, values ``[B, T, heads, head_dim]``."""
@@ -140,12 +146,24 @@ class Attention(nnx.Module):
         )
         return self.output(out)
 
-    def attend_games(self, q: Array, k: Array, v: Array, segment_ids: Array | None) -> Array:
+    def attend_games(
+        self,
+        q: Array,
+        k: Array,
+        v: Array,
+        segment_ids: Array | None,
+        deterministic: bool = True,
+    ) -> Array:
         """Causal attention within each segment of the row (no segments: plain causal)."""
         impl = self.games_impl
         if impl == "auto":
             impl = self.resolved_impl()
-        return self.output(attn.game_attention(impl, q, k, v, segment_ids))
+        if self.prob_dropout is not None and not deterministic:
+            drop = lambda p: self.prob_dropout(p, deterministic=False)  # noqa: E731
+            return self.output(attn.xla_attention_with_dropout(q, k, v, segment_ids, drop))
+        return self.output(
+            attn.game_attention(impl, q, k, v, segment_ids, max_segments=self.max_segments)
+        )
 
     def resolved_impl(self) -> str:
         return ModelConfig(
@@ -184,7 +202,7 @@ class Block(nnx.Module):
         self.attn = Attention(cfg, rngs)
         self.ln_2 = LayerNorm(cfg, rngs)
         self.mlp = MLP(cfg, rngs)
-        self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
+        self.dropout = nnx.Dropout(cfg.residual_dropout, rngs=rngs)  # GPT-2's resid_pdrop
 
     def attention_inputs(self, x: Array) -> tuple[Array, Array, Array]:
         return self.attn.project(self.ln_1(x))
@@ -209,7 +227,8 @@ class Block(nnx.Module):
     def __call__(self, x: Array, segment_ids: Array | None, deterministic: bool) -> Array:
         """One block over whole (packed) games."""
         q, k, v = self.attention_inputs(x)
-        return self._rest(x, self.attn.attend_games(q, k, v, segment_ids), deterministic)
+        attended = self.attn.attend_games(q, k, v, segment_ids, deterministic)
+        return self._rest(x, attended, deterministic)
 
 
 # The layer axis of stacked parameters has no logical name: it is never sharded (each step of
@@ -284,7 +303,7 @@ class AllieModel(nnx.Module):
         self.wpe = _param(rngs, _normal(0.01), (cfg.max_len, d), (None, sh.EMBED), pd)
         # Row 0 is the strong end (weight a), row 1 the weak end (1 − a), as in the released code.
         self.elo_embed = _param(rngs, _normal(0.02), (2, d), (None, sh.EMBED), pd)
-        self.embed_dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
+        self.embed_dropout = nnx.Dropout(cfg.embedding_dropout, rngs=rngs)  # GPT-2's embd_pdrop
         if cfg.scan_layers:
             self.layers = stacked_blocks(cfg, rngs)  # layers.attn.query[i] = blocks.{i}.attn.query
         else:

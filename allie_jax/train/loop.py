@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from typing import Any
 
 import jax
@@ -27,6 +26,7 @@ from allie_jax.data import shards
 from allie_jax.data.paths import as_path
 from allie_jax.data.pipeline import make_iterator
 from allie_jax.model import AllieModel, ModelConfig, board_family
+from allie_jax.train import distributed
 from allie_jax.train import sharding as shd
 from allie_jax.train.checkpoints import Checkpointer
 from allie_jax.train.feed import DeviceFeed
@@ -35,7 +35,9 @@ from allie_jax.train.metrics import (
     MetricsWriter,
     MetricWindow,
     NonFiniteLossError,
+    TrainingClock,
     device_peak_flops,
+    model_flops_utilization,
     training_flops_per_token,
 )
 from allie_jax.train.optimizer import learning_rate_schedule, make_optimizer
@@ -69,12 +71,18 @@ def model_config_from(config: ml_collections.ConfigDict) -> ModelConfig:
     if board_family.is_board(config):  # the board-state family (model.family = "board")
         return board_family.model_config_from(config)
     model = config.model
+    optional = lambda key: None if model.get(key) is None else float(model.get(key))  # noqa: E731
     return ModelConfig.named(
         model.name,
         dtype=model.dtype,
         dropout=float(model.dropout),
         attention_impl=model.get("attention_impl", "auto"),
         remat=model.get("remat", "none"),
+        scan_layers=bool(model.get("scan_layers", False)),
+        max_segments_per_row=int(model.get("max_segments_per_row", 32)),
+        embd_pdrop=optional("embd_pdrop"),
+        resid_pdrop=optional("resid_pdrop"),
+        attn_pdrop=optional("attn_pdrop"),
     )
 
 
@@ -123,23 +131,16 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             f"{train.grad_accum} = {micro} rows) does not divide over the mesh's data x fsdp = "
             f"{shape[0]} x {shape[1]} = {batch_ways} devices; pick a batch that does"
         )
-    model_config_from(config)  # raises on an unknown size, dtype, attention_impl or remat
+    # Raises on an unknown size, dtype, attention_impl or remat, and on attention dropout with a
+    # kernel that has none.
+    model_config = model_config_from(config)
+    if hasattr(model_config, "check_attention_dropout"):
+        model_config.check_attention_dropout(jax.default_backend())
 
 
 def _maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
-    dist = config.distributed
-    if not dist.initialize or jax.distributed.is_initialized():
-        return
-    if dist.get("cpu_collectives", ""):
-        jax.config.update("jax_cpu_collectives_implementation", dist.cpu_collectives)
-    kwargs: dict[str, Any] = {}
-    if dist.coordinator_address:
-        kwargs["coordinator_address"] = dist.coordinator_address
-    if dist.num_processes:
-        kwargs["num_processes"] = int(dist.num_processes)
-    if dist.process_id >= 0:
-        kwargs["process_id"] = int(dist.process_id)
-    jax.distributed.initialize(**kwargs)
+    """Join the job the environment or the flags describe; refuse hosts without preemption sync."""
+    distributed.start(config)
 
 
 def create_sharded_state(model_config: ModelConfig, config, mesh, tx, init_params=None):
@@ -206,6 +207,8 @@ def _data_iterator(
         augment=augment,
         num_epochs=num_epochs,
         worker_count=int(config.data.get("worker_count", 0)) if train else 0,
+        # One segment slot of the cuDNN kernel's static layout stays for the padding run.
+        max_games_per_row=int(config.model.get("max_segments_per_row", 32)) - 1,
         worker_buffer_size=int(config.data.get("worker_buffer_size", 1)),
     )
 
@@ -400,7 +403,7 @@ def _train(config, workdir: epath.Path, log_file: str) -> TrainResult:
     preempted = False
     window = MetricWindow()
     console.start_bar(total_steps, start_step)
-    window_start = time.perf_counter()
+    training_clock = TrainingClock()
     watch = PreemptionWatch()
     try:
         step = start_step
@@ -420,13 +423,19 @@ def _train(config, workdir: epath.Path, log_file: str) -> TrainResult:
             final = step == total_steps or preempted
             if step % log_every == 0 or final:
                 window.check_finite(checkpointer.latest_step())
-                elapsed = time.perf_counter() - window_start
+                # Training time only: validations inside the window are not charged to it.
+                elapsed = training_clock.elapsed()
                 steps_in_window = window.steps
                 scalars = window.read()
                 tokens_per_second = tokens_per_step * steps_in_window / max(elapsed, 1e-9)
-                mfu = flops_per_token * tokens_per_second / (peak * jax.device_count())
+                real_per_step = scalars.get("real_tokens", float(tokens_per_step))
+                real_tokens_per_second = real_per_step * steps_in_window / max(elapsed, 1e-9)
+                mfu = model_flops_utilization(
+                    flops_per_token, real_tokens_per_second, peak * jax.device_count()
+                )
                 scalars.update(
                     tokens_per_second=tokens_per_second,
+                    real_tokens_per_second=real_tokens_per_second,
                     mfu=mfu,
                     step_time=elapsed / max(steps_in_window, 1),
                 )
@@ -434,10 +443,12 @@ def _train(config, workdir: epath.Path, log_file: str) -> TrainResult:
                 writer.write(step, scalars, "train")
                 if console.bar is not None:
                     console.bar.set_postfix(loss=f"{last_loss:.3f}")
-                window_start = time.perf_counter()
+                training_clock.restart()
             if (step % eval_every == 0 or step == total_steps) and not preempted:
                 window.check_finite(checkpointer.latest_step())
-                val_metrics = validator(state)
+                jax.block_until_ready(state)  # the steps before it are training time
+                with training_clock.excluded():
+                    val_metrics = validator(state)
                 if val_metrics:
                     writer.write(step, val_metrics, "val")
                     checkpointer.save_if_best(state, val_metrics["loss"])

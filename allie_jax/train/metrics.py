@@ -26,6 +26,7 @@ PEAK_FLOPS_BY_DEVICE_KIND: dict[str, float] = {
     "TPU v5 lite": 197e12,
     "TPU v5e": 197e12,
     "TPU v5p": 459e12,
+    "TPU v5": 459e12,  # what a v5p chip reports as its device_kind
     "TPU v6 lite": 918e12,
     "TPU v6e": 918e12,
 }
