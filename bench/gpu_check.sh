@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The first-GPU check (issue 10): under 8 minutes on one H200, from the repository root:
 #   bash bench/gpu_check.sh            (needs `pip install -e '.[gpu]'`)
-# Prints: the attention kernel `auto` picks and whether it agrees with XLA; allie_medium bf16
-# tokens/s and MFU at 131,072 tokens per step (256 x 512, two micro-batches of 128 rows) through
+# Prints: the attention kernel `auto` picks and whether it agrees with XLA on packed rows, forward
+# and backward (bench/attention_check.py); allie_medium bf16
+# tokens/s, MFU and peak device memory at 131,072 tokens per step (256 x 512, allie_medium's
+# defaults: one micro-batch, remat full; `launch.compile_check --topology h200-1` says it fits) through
 # the real pipeline (sample shards -> grain workers -> DeviceFeed -> step), beside the pipeline and
 # the step alone; search sims/s for allie_medium at batch 256 (bench/search.py).
 # Dry run on a CPU with small sizes:
@@ -13,7 +15,8 @@ cd "$(dirname "$0")/.."
 PY=${PY:-python}
 SIZE=${SIZE:-allie_medium}
 BATCH=${BATCH:-256}
-ACCUM=${ACCUM:-2}
+ACCUM=${ACCUM:-1}
+REMAT=${REMAT:-full}
 STEPS=${STEPS:-5}
 ROUNDS=${ROUNDS:-3}
 WORKERS=${WORKERS:-8}
@@ -35,10 +38,10 @@ if ! timeout 120 $PY bench/attention_check.py; then
   ATTENTION=xla
 fi
 
-step "training: $SIZE $DTYPE, $BATCH x 512 tokens/step, grad_accum $ACCUM, $WORKERS grain workers"
+step "training: $SIZE $DTYPE, $BATCH x 512 tokens/step, grad_accum $ACCUM, remat $REMAT, $WORKERS grain workers"
 timeout 330 $PY bench/train.py --sizes "$SIZE" --dtype "$DTYPE" --batch "$BATCH" \
   --grad_accum "$ACCUM" --seq_len 512 --steps "$STEPS" --rounds "$ROUNDS" --workers "$WORKERS" \
-  --pipeline_batches 8 --attention_impl "$ATTENTION" \
+  --pipeline_batches 8 --attention_impl "$ATTENTION" --remat "$REMAT" \
   || echo "training bench failed or timed out (status $?)"
 
 step "search: $SEARCH_SIZE at batch $SEARCH_BATCH"

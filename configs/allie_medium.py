@@ -5,16 +5,18 @@ clip 1.0, bf16 compute, initialised from OpenAI GPT-2 medium through the convert
 a required choice: `--config.model.init_from_gpt2=/path/to/gpt2-medium/model.safetensors` (the
 paper) or `--config.model.init_from_gpt2=scratch` (random weights); the run refuses to guess.
 
-Memory on one H200 (141 GB), 256 x 512 tokens per step, bf16 compute, float32 parameters:
-- parameters, gradients, Adam's two moments, the accumulated gradient: 5 x 4 B x 305M = 6.1 GB;
-- activations kept for the backward pass, per token and layer, about 34 x d bytes with a flash
-  kernel (Korthikanti et al. 2022, no T x T scores kept): 34 x 1024 x 24 layers = 0.84 MB/token;
-  with XLA attention add 5 x heads x T bytes (the scores): +0.98 MB/token;
-- float32 logits and their gradient: 2 x 4 B x 1997 = 16 KB/token.
-Whole batch at once: 131,072 tokens x 0.86 MB = 113 GB of activations: too close to the limit.
-Two micro-batches of 128 rows (65,536 tokens): ~56 GB activations + 6 GB state + ~1 GB logits
-= ~63 GB with cuDNN flash (the GPU default in bf16), ~127 GB with XLA attention. So grad_accum=2
-and no remat; on a smaller card (80 GB) with XLA attention use grad_accum=4 or remat=dots_saveable.
+Memory and fit are measured, not estimated: the compiled train step for each target, on a CPU
+host (deviceless AOT compilation, ``launch.compile_check``):
+
+    .venv-tpu/bin/python -m launch.compile_check --config configs/allie_medium.py --topology v5e-16
+    .venv-gpu/bin/python -m launch.compile_check --config configs/allie_medium.py --topology h200-1
+    flock /work/bench.lock .venv-tpu/bin/python bench/compile_table.py   # every named slice
+
+The defaults are the table's choice (bench/RESULTS.md, "what fits where"; docs/guide.md): one
+256-row micro-batch with ``remat=full`` fits every named slice whose chips hold the state and the
+batch divides over, and is the fastest fitting variant on v5e-16. Without remat the step does
+not fit a v5e-16 chip at any ``grad_accum`` here, nor one H200 at ``grad_accum=2`` (144 GiB of
+141); a second micro-batch only adds an accumulator and a second gradient all-reduce.
 """
 
 from ml_collections import config_dict
@@ -30,10 +32,12 @@ def get_config():
     # 24 layers as one scanned block: the step compiles like one layer (bench/RESULTS.md,
     # "scanned layers"); outputs and checkpoints are the unrolled model's.
     config.model.scan_layers = True
+    # Keep only each block's input for the backward pass (see above: what fits where).
+    config.model.remat = "full"
     config.train.steps = 2_000_000
     config.train.decay_steps = 2_000_000
     config.train.batch_size = 256  # x 512 tokens = 131,072 tokens per step
-    config.train.grad_accum = 2  # two micro-batches of 128 rows: fits one H200 (see above)
+    config.train.grad_accum = 1  # one pass over the 256 rows (see above: measured, fits)
     config.train.learning_rate = 6e-4
     config.train.min_learning_rate = 1e-5
     config.train.warmup_steps = 2_000

@@ -141,6 +141,32 @@ def test_hlo_loops_count_their_trips():
     assert (summary.loops_known, summary.loops_unknown, summary.flops_scale) == (0, 1, 1.0)
 
 
+def test_hlo_bytes_count_the_slice_a_loop_reads_not_the_stack():
+    """A scan over stacked weights reads one layer per iteration: its bytes per step must be the
+    unrolled loop's, not the whole ``[layers, ...]`` stack once per layer (what counting every
+    operand whole gave: 5.8x the unrolled forward's bytes at 16 layers)."""
+    layers = 16
+
+    def scanned(ws, x):
+        return jax.lax.scan(lambda x, w: (jnp.tanh(x @ w), None), x, ws)[0].sum()
+
+    def unrolled(ws, x):
+        for i in range(layers):
+            x = jnp.tanh(x @ ws[i])
+        return x.sum()
+
+    ws, x = jnp.ones((layers, 256, 256)), jnp.ones((8, 256))
+    moved = {}
+    for f in (scanned, unrolled):
+        for name, g in (("forward", f), ("grad", jax.grad(f))):
+            text = jax.jit(g).lower(ws, x).compile().as_text()
+            moved[f.__name__, name] = hlo.summarize(text).bytes_moved
+    weights = ws.size * 4
+    assert moved["scanned", "forward"] == pytest.approx(moved["unrolled", "forward"], rel=0.1)
+    assert moved["unrolled", "forward"] < 4 * weights
+    assert moved["scanned", "grad"] < 2 * moved["unrolled", "grad"]
+
+
 def test_hlo_collectives_by_kind():
     text = """HloModule m
 ENTRY %main (p: f32[8,128]) -> f32[64,128] {

@@ -11,7 +11,8 @@ its trip count. This module parses the optimised HLO text just enough to put the
   run-time value (the search's simulation loop) counts once and is reported as unknown;
 - per computation, the matmul FLOPs (``dot`` and ``convolution``, from their shapes) and the
   bytes its instructions read and write (result plus operands; fusion bodies excluded, as they
-  stay in registers and on-chip memory);
+  stay in registers and on-chip memory; an operand a fusion only slices counts its slices, and
+  an in-place ``dynamic-update-slice`` its update: a scanned layer reads one layer of a stack);
 - the collectives, by kind, with the bytes of their results.
 
 ``scale`` is the ratio "counted with trip counts" / "counted once" for FLOPs and bytes, which
@@ -290,10 +291,72 @@ def matmul_flops(instr: Instruction, shapes: dict[str, str]) -> float:
     return 0.0
 
 
-def _instr_bytes(instr: Instruction, shapes: dict[str, str]) -> float:
+_SLICES = ("dynamic-slice", "slice")
+
+
+def _parameter_index(instr: Instruction) -> int | None:
+    if instr.opcode != "parameter":
+        return None
+    try:
+        return int(instr.args.strip())
+    except ValueError:
+        return None
+
+
+def _fusion_operand_bytes(body: Computation) -> tuple[dict[int, float], bool]:
+    """({operand index: bytes the fusion really touches}, whether it updates a buffer in place).
+
+    A scanned loop's body reads one layer of each stacked array (a ``dynamic-slice`` of it inside
+    a fusion) and writes one layer of each stacked gradient or residual (a ``dynamic-update-slice``
+    at the fusion's root, done in place). Counting the whole ``[layers, ...]`` operand at every
+    iteration would charge each step the full stack once per layer, as XLA's own cost analysis
+    does not; here an operand only sliced counts its slices, and an in-place update counts the
+    update, not the buffer.
+    """
+    users: dict[str, list[Instruction]] = {}
+    for instr in body.instructions:
+        for o in instr.operands:
+            users.setdefault(o, []).append(instr)
+    root = next((i for i in body.instructions if i.root), None)
+    in_place = root is not None and root.opcode == "dynamic-update-slice"
+    touched: dict[int, float] = {}
+    for instr in body.instructions:
+        index = _parameter_index(instr)
+        if index is None:
+            continue
+        uses = users.get(instr.name, [])
+        if uses and all(u.opcode in _SLICES and u.operands[:1] == [instr.name] for u in uses):
+            touched[index] = sum(shape_bytes(u.shape) for u in uses)
+        elif in_place and root.operands[:1] == [instr.name]:
+            touched[index] = 0.0  # the buffer updated in place: only the update moves
+    return touched, in_place
+
+
+def _instr_bytes(
+    instr: Instruction, shapes: dict[str, str], comps: dict[str, Computation] | None = None
+) -> float:
     if instr.opcode in _FREE:
         return 0.0
-    return shape_bytes(instr.shape) + sum(shape_bytes(shapes.get(o, "")) for o in instr.operands)
+    operand_bytes = [shape_bytes(shapes.get(o, "")) for o in instr.operands]
+    if instr.opcode == "dynamic-slice":
+        return 2 * shape_bytes(instr.shape)
+    if instr.opcode == "dynamic-update-slice" and len(operand_bytes) > 1:
+        return 2 * operand_bytes[1]  # in place: the update is read and written
+    if instr.opcode == "fusion" and comps is not None:
+        bodies = [comps[c] for c in _called(instr.attrs, "calls") if c in comps]
+        if bodies:
+            touched, in_place = _fusion_operand_bytes(bodies[0])
+            for index, b in touched.items():
+                if index < len(operand_bytes):
+                    operand_bytes[index] = b
+            if in_place:
+                update = bodies[0].shapes()
+                root = next(i for i in bodies[0].instructions if i.root)
+                result = (
+                    shape_bytes(update.get(root.operands[1], "")) if len(root.operands) > 1 else 0.0
+                )
+                return result + sum(operand_bytes)
+    return shape_bytes(instr.shape) + sum(operand_bytes)
 
 
 def collective_kind(opcode: str) -> str | None:
@@ -364,7 +427,7 @@ def summarize(text: str) -> HloSummary:
         shapes = comp.shapes()
         for instr in comp.instructions:
             f = matmul_flops(instr, shapes)
-            b = 0.0 if name in fused else _instr_bytes(instr, shapes)
+            b = 0.0 if name in fused else _instr_bytes(instr, shapes, comps)
             flops["trips"] += f * with_trips[name]
             flops["once"] += f * once[name]
             moved["trips"] += b * with_trips[name]

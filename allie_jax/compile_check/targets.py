@@ -8,7 +8,7 @@ table below is MaxText's ``accelerator_to_spec_map`` for the names it lists (``v
 data-centre network (DCN): the devices then carry a ``slice_index`` and a config's
 ``mesh.dcn_*`` axes span the slices.
 
-GPU targets (``h100-8``, ``h200-8``: one host of eight) go through the same call with
+GPU targets (``h100-8``, ``h200-8``: one host of eight; ``h100-1``, ``h200-1``: one GPU) go through the same call with
 ``platform="cuda"`` and an XLA GPU target description; see ``gpu_devices`` for where that stops.
 """
 
@@ -68,7 +68,9 @@ TARGETS: dict[str, Target] = {
         _tpu("v5p-128", "v5p", "v5:4x4x4", "megacore", wrap=_TORUS_3D),
         _tpu("v6e-8", "v6e", "v6e:2x4", bounds=(2, 4, 1)),
         _tpu("v6e-256", "v6e", "v6e:16x16", wrap=_TORUS_2D),
+        Target("h100-1", "cuda", CHIPS["h100"], "1x1x1"),
         Target("h100-8", "cuda", CHIPS["h100"], "1x1x8"),
+        Target("h200-1", "cuda", CHIPS["h200"], "1x1x1"),  # bench/gpu_check.sh's machine
         Target("h200-8", "cuda", CHIPS["h200"], "1x1x8"),
     )
 }
@@ -110,9 +112,13 @@ def quiet_libtpu_environment(target: Target) -> None:
     On a host with no TPU, libtpu asks the GCE metadata server for the slice it is on and logs
     warnings when it cannot tell. A compile-only topology takes its shape from
     ``get_topology_desc``'s arguments, so the metadata query is skipped and the host names and
-    accelerator type are given (they only silence the warnings).
+    accelerator type are given (they only silence the warnings); the host-wide libtpu lock is
+    waived (compile-only processes own no chips).
     """
     os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    # libtpu takes a host-wide lock (/tmp/libtpu_lockfile) meant for processes that own the
+    # chips; a compile-only process owns none, so two checks (or a check beside a test) may run.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
     if target.accelerator_type:
         os.environ.setdefault("TPU_ACCELERATOR_TYPE", target.accelerator_type)

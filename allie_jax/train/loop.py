@@ -26,7 +26,7 @@ from allie_jax.data import shards
 from allie_jax.data.paths import as_path
 from allie_jax.data.pipeline import make_iterator
 from allie_jax.model import AllieModel, ModelConfig, board_family
-from allie_jax.train import distributed
+from allie_jax.train import distributed, programs
 from allie_jax.train import sharding as shd
 from allie_jax.train.checkpoints import Checkpointer
 from allie_jax.train.feed import DeviceFeed
@@ -40,10 +40,9 @@ from allie_jax.train.metrics import (
     model_flops_utilization,
     training_flops_per_token,
 )
-from allie_jax.train.optimizer import learning_rate_schedule, make_optimizer
+from allie_jax.train.optimizer import make_optimizer
 from allie_jax.train.preemption import PreemptionWatch
 from allie_jax.train.state import TrainState, count_params, init_train_state
-from allie_jax.train.step import make_eval_step, make_train_step
 from allie_jax.train.validation import Validator
 
 log = logging.getLogger(__name__)
@@ -113,24 +112,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     gpt2 = gpt2_init_path(config)
     if gpt2 and not as_path(gpt2).is_file():
         raise FileNotFoundError(f"config.model.init_from_gpt2 names a missing file: {gpt2}")
-    train = config.train
-    if train.batch_size % train.grad_accum:
-        raise ValueError(
-            f"train.batch_size {train.batch_size} is not divisible by grad_accum {train.grad_accum}"
-        )
-    if train.batch_size % jax.process_count():
-        raise ValueError(
-            f"train.batch_size {train.batch_size} does not split over {jax.process_count()} processes"
-        )
-    shape = shd.mesh_shape_from_config(config.mesh, jax.device_count())
-    batch_ways = shape[0] * shape[1]
-    micro = train.batch_size // train.grad_accum
-    if micro % batch_ways:
-        raise ValueError(
-            f"the micro-batch (train.batch_size {train.batch_size} / grad_accum "
-            f"{train.grad_accum} = {micro} rows) does not divide over the mesh's data x fsdp = "
-            f"{shape[0]} x {shape[1]} = {batch_ways} devices; pick a batch that does"
-        )
+    # The batch rules the compile check applies to devices it does not have (one copy).
+    programs.check_batch(config, jax.device_count(), jax.process_count())
     # Raises on an unknown size, dtype, attention_impl or remat, and on attention dropout with a
     # kernel that has none.
     model_config = model_config_from(config)
@@ -240,29 +223,10 @@ def build_trainer(config, model_config: ModelConfig, mesh) -> Trainer:
     forward_loss = board_family.forward_loss if board else None
     eval_sums = board_family.eval_sums if board else None
     state_sh = state_shardings_of(state)
-    batch_sh = shd.batch_sharding(mesh)
-    train_step = jax.jit(
-        shd.with_activation_sharding(
-            make_train_step(
-                graphdef,
-                tx,
-                grad_accum=int(config.train.grad_accum),
-                loss_weights=tuple(config.train.loss_weights),
-                schedule=learning_rate_schedule(config.train),
-                forward_loss=forward_loss,
-            ),
-            mesh,
-        ),
-        in_shardings=(state_sh, batch_sh),
-        out_shardings=(state_sh, shd.replicated(mesh)),
-        donate_argnums=(0,),
-    )
-    eval_step = jax.jit(
-        shd.with_activation_sharding(make_eval_step(graphdef, eval_sums), mesh),
-        in_shardings=(state_sh, batch_sh),
-        out_shardings=shd.replicated(mesh),
-    )
-    return Trainer(graphdef, state, train_step, eval_step, batch_sh, mesh)
+    # The same jitted programs launch.compile_check compiles for accelerators (train/programs.py).
+    train_step = programs.jit_train_step(config, graphdef, tx, state_sh, mesh, forward_loss)
+    eval_step = programs.jit_eval_step(graphdef, state_sh, mesh, eval_sums)
+    return Trainer(graphdef, state, train_step, eval_step, shd.batch_sharding(mesh), mesh)
 
 
 def build_validator(config, trainer: Trainer, local_batch: int) -> Validator:
