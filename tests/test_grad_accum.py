@@ -16,30 +16,16 @@ WORKER = textwrap.dedent(
     r"""
     import json, re, sys
     import jax, numpy as np
-    from allie_jax.game import encode_game
     from allie_jax.pgn import read_games
     from allie_jax.train import sharding as shd, step as step_module
     from allie_jax.train.loop import build_trainer, model_config_from
     from configs.tiny import get_config
+    from tests.game_batches import game_rows
 
     SEQ, ROWS = 64, 16
     games = [g for _, g in zip(range(3 * ROWS), read_games(sys.argv[1]))]
-    b = {k: np.zeros((ROWS, SEQ), np.int32) for k in ("inputs", "segment_ids", "positions", "policy_targets")}
-    b.update({k: np.zeros((ROWS, SEQ), np.float32) for k in
-              ("time_targets", "value_targets", "policy_mask", "time_mask", "value_mask")})
-    for i in range(ROWS):
-        # rows of different lengths, so the micro-batches hold different label counts
-        e = encode_game(games[i], max_len=SEQ if i % 3 else SEQ // 2)
-        n = len(e.tokens)
-        b["inputs"][i, :n] = e.tokens
-        b["segment_ids"][i, :n] = 1
-        b["positions"][i, :n] = np.arange(n)
-        b["policy_targets"][i, :n] = np.maximum(e.policy_targets, 0)
-        b["policy_mask"][i, :n] = e.policy_targets >= 0
-        b["time_targets"][i, :n] = np.maximum(e.time_targets, 0)
-        b["time_mask"][i, :n] = e.time_targets >= 0
-        b["value_targets"][i, :n] = np.nan_to_num(e.value_targets)
-        b["value_mask"][i, :n] = ~np.isnan(e.value_targets)
+    # rows of different lengths, so the micro-batches hold different label counts
+    b = game_rows(games[:ROWS], SEQ, [SEQ if i % 3 else SEQ // 2 for i in range(ROWS)])
 
     def collectives(text):
         return {kind: len(re.findall(r"\b%s(?:-start)?\(" % kind, text))

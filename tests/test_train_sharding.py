@@ -13,32 +13,15 @@ WORKER = textwrap.dedent(
     r"""
     import json, sys
     import jax, numpy as np
-    from allie_jax.game import encode_game
     from allie_jax.pgn import read_games
     from allie_jax.train import sharding as shd
     from allie_jax.train.loop import build_trainer, model_config_from
     from configs.tiny import get_config
+    from tests.game_batches import game_rows
 
     SEQ, ROWS, STEPS = 64, 8, 5
     games = [g for _, g in zip(range(ROWS * STEPS), read_games(sys.argv[1]))]
-    batches = []
-    for s in range(STEPS):
-        rows = [encode_game(g, max_len=SEQ) for g in games[s * ROWS:(s + 1) * ROWS]]
-        b = {k: np.zeros((ROWS, SEQ), np.int32) for k in ("inputs", "segment_ids", "positions", "policy_targets")}
-        b.update({k: np.zeros((ROWS, SEQ), np.float32) for k in
-                  ("time_targets", "value_targets", "policy_mask", "time_mask", "value_mask")})
-        for i, e in enumerate(rows):
-            n = len(e.tokens)
-            b["inputs"][i, :n] = e.tokens
-            b["segment_ids"][i, :n] = 1
-            b["positions"][i, :n] = np.arange(n)
-            b["policy_targets"][i, :n] = np.maximum(e.policy_targets, 0)
-            b["policy_mask"][i, :n] = e.policy_targets >= 0
-            b["time_targets"][i, :n] = np.maximum(e.time_targets, 0)
-            b["time_mask"][i, :n] = e.time_targets >= 0
-            b["value_targets"][i, :n] = np.nan_to_num(e.value_targets)
-            b["value_mask"][i, :n] = ~np.isnan(e.value_targets)
-        batches.append(b)
+    batches = [game_rows(games[s * ROWS:(s + 1) * ROWS], SEQ) for s in range(STEPS)]
 
     config = get_config()
     config.train.batch_size = ROWS
