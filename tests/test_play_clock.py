@@ -139,9 +139,12 @@ def test_deadline_cuts_the_search_short(allie):
     # budget = min(1.1 / 4, 1.1 - 1.0) = 0.1 s, well under the >= 0.18 s that 2,000 simulations take
     go_and_wait(h, lines, "go wtime 1100 btime 1100")
     elapsed = time.monotonic() - t
-    assert elapsed < 0.1 + 0.1, elapsed
-    assert not any(line.startswith("info string answering") for line in lines)
+    # Outcomes, not a tight wall-clock bound (a loaded CI box took 0.23-0.30 s for this 0.1 s
+    # budget): the deadline cut the search (fewer than its 2,000 simulations, no fallback answer)
+    # and the move came well inside the 1.1 s left on the clock (no flag).
     assert h.last_decision.sims < 2000
+    assert not any(line.startswith("info string answering") for line in lines)
+    assert elapsed < 1.1, elapsed
 
 
 def test_finished_game_answers_without_an_error_line(allie):
