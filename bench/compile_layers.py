@@ -1,9 +1,8 @@
 """Compile seconds of the real train step, unrolled against scanned layers (``scan_layers``).
 
-The step is the trainer's: ``make_train_step`` with the named config's optimizer
-(``make_optimizer``), jitted with the state donated. Nothing is allocated: the model, the train
-state and the batch are abstract (``nnx.eval_shape``, ``jax.eval_shape``, ``ShapeDtypeStruct``),
-so a 24- or 36-layer model compiles on a laptop. One layout per process, so neither compile
+The step is the trainer's (``train.programs``: the named config's optimizer, the state
+donated). Nothing is allocated: the model, the train state and the batch are abstract, so a 24-
+or 36-layer model compiles on a laptop. One layout per process, so neither compile
 reuses the other's caches:
 
     python -m bench.compile_layers --config allie_medium --scan_layers=false
@@ -21,14 +20,10 @@ import json
 import time
 
 import jax
-from flax import nnx
 
-from allie_jax.data.synthetic import synthetic_batch
-from allie_jax.model import AllieModel
+from allie_jax.train import sharding as shd
 from allie_jax.train.loop import model_config_from
-from allie_jax.train.optimizer import learning_rate_schedule, make_optimizer
-from allie_jax.train.state import init_train_state
-from allie_jax.train.step import make_train_step
+from allie_jax.train.programs import build_abstract_programs
 
 
 def _flag(text: str) -> bool:
@@ -37,30 +32,16 @@ def _flag(text: str) -> bool:
     return text.lower() in ("true", "1")
 
 
-def abstract_step_inputs(config, batch: int, seq_len: int):
-    """(graphdef, abstract TrainState, abstract batch, optimizer) for ``config``: shapes only."""
-    model_config = model_config_from(config)
-    abstract = nnx.eval_shape(lambda: AllieModel(model_config, rngs=nnx.Rngs(0)))
-    graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
-    tx = make_optimizer(config.train)
-    state = jax.eval_shape(lambda p, r: init_train_state(p, r, tx), params, rest)
-    example = synthetic_batch(batch, seq_len)
-    shapes = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in example.items()}
-    return graphdef, state, shapes, tx
+def measure(config) -> dict:
+    """Seconds to trace + lower and to compile the train step, and its temporary bytes.
 
-
-def measure(config, batch: int, seq_len: int) -> dict:
-    """Seconds to trace + lower and to compile the train step, and its temporary bytes."""
-    graphdef, state, shapes, tx = abstract_step_inputs(config, batch, seq_len)
-    step = make_train_step(
-        graphdef,
-        tx,
-        grad_accum=int(config.train.grad_accum),
-        loss_weights=tuple(config.train.loss_weights),
-        schedule=learning_rate_schedule(config.train),
-    )
+    The step, its abstract state and batch come from ``train.programs`` (what ``launch.train``
+    jits and ``launch.compile_check`` compiles), here on a one-device mesh of this host.
+    """
+    mesh = shd.make_mesh((1, 1, 1), jax.devices()[:1])
+    built = build_abstract_programs(config, model_config_from(config), mesh)
     start = time.perf_counter()
-    lowered = jax.jit(step, donate_argnums=(0,)).lower(state, shapes)
+    lowered = built.train_step.lower(built.state, built.batch)
     traced = time.perf_counter()
     compiled = lowered.compile()
     done = time.perf_counter()
@@ -93,7 +74,8 @@ def main() -> None:
         config.model.remat = args.remat
     config.train.batch_size = args.batch
     config.train.grad_accum = args.grad_accum
-    result = measure(config, args.batch, args.seq_len)
+    config.data.seq_len = args.seq_len
+    result = measure(config)
     layers = model_config_from(config).num_layers
     print(
         json.dumps(

@@ -39,9 +39,14 @@ from allie_jax.model.losses import loss_fn
 from allie_jax.train import sharding as shd
 from allie_jax.train.feed import DeviceFeed
 from allie_jax.train.loop import build_trainer, model_config_from
-from allie_jax.train.metrics import device_peak_flops, training_flops_per_token
+from allie_jax.train.metrics import (
+    device_peak_flops,
+    model_flops_utilization,
+    training_flops_per_token,
+)
 from allie_jax.train.optimizer import make_optimizer
 from allie_jax.train.state import count_params
+from allie_jax.train.step import real_tokens as step_real_tokens
 from configs.tiny import get_config
 
 SAMPLE = os.path.join(os.path.dirname(__file__), "..", "data", "sample", "lichess_sample.pgn.zst")
@@ -143,7 +148,7 @@ def bench_size(name: str, args, data_dir: str) -> dict:
     )
     first = next(host)
     # MFU counts game tokens only (padding slots are no model work), as launch.train does.
-    real_tokens = int((first["segment_ids"] > 0).sum())
+    real_tokens = int(step_real_tokens(first))
     device_batch = jax.device_put(first, trainer.batch_sharding)
     state = trainer.state
     state, metrics = trainer.train_step(state, device_batch)  # compile
@@ -178,7 +183,9 @@ def bench_size(name: str, args, data_dir: str) -> dict:
         "ratio": statistics.median(ratios),
         "ratio_range": (min(ratios), max(ratios)),
         "real_over_step": statistics.median(s / r for s, r in zip(step, real, strict=True)),
-        "mfu": flops * real_tokens / statistics.median(step) / (peak * jax.device_count()),
+        "mfu": model_flops_utilization(
+            flops, real_tokens / statistics.median(step), peak * jax.device_count()
+        ),
         "real_token_share": real_tokens / tokens,
         "peak_known": known,
         "attention": mc.resolved_attention_impl(jax.default_backend()),

@@ -252,14 +252,14 @@ def stacked_blocks(cfg: ModelConfig, rngs: nnx.Rngs) -> Block:
     return make(rngs)
 
 
-def layer_view(stacked: Block, i: int) -> Block:
-    """Layer ``i`` of a stacked Block as a plain Block (a slice of its state; works inside jit).
+def layer_views(stacked: Block, num_layers: int) -> list[Block]:
+    """Each layer of a stacked Block as a plain Block (a slice of its state; works inside jit).
 
-    The view is a copy: what it changes (a dropout counter) does not reach ``stacked``. Its
-    sharding metadata loses the layer axis, so it reads like an unrolled layer's.
+    The views are copies: what one changes (a dropout counter) does not reach ``stacked``. Their
+    sharding metadata loses the layer axis, so each reads like an unrolled layer's. The stack is
+    split once and sliced per layer.
     """
     graphdef, state = nnx.split(stacked)
-    sliced = jax.tree.map(lambda x: x[i], state)
 
     def drop_layer_axis(v: nnx.Variable) -> nnx.Variable:
         names = v.get_metadata().get("out_sharding")
@@ -267,8 +267,14 @@ def layer_view(stacked: Block, i: int) -> Block:
             v.set_metadata(out_sharding=tuple(names[1:]))
         return v
 
-    sliced = jax.tree.map(drop_layer_axis, sliced, is_leaf=lambda x: isinstance(x, nnx.Variable))
-    return nnx.merge(graphdef, sliced)
+    def view(i: int) -> Block:
+        sliced = jax.tree.map(lambda x: x[i], state)
+        sliced = jax.tree.map(
+            drop_layer_axis, sliced, is_leaf=lambda x: isinstance(x, nnx.Variable)
+        )
+        return nnx.merge(graphdef, sliced)
+
+    return [view(i) for i in range(num_layers)]
 
 
 def soft_elo(elo: Array, table: Array) -> Array:
@@ -317,9 +323,9 @@ class AllieModel(nnx.Module):
     # ------------------------------------------------------------------ pieces shared by all paths
     def layer_blocks(self) -> list[Block]:
         """One Block per layer, in order, whatever the layout: the unrolled Blocks themselves, or
-        views of the stacked one (``layer_view``) for the per-layer paths (cache, search)."""
+        views of the stacked one (``layer_views``) for the per-layer paths (cache, search)."""
         if self.config.scan_layers:
-            return [layer_view(self.layers, i) for i in range(self.config.num_layers)]
+            return layer_views(self.layers, self.config.num_layers)
         return list(self.blocks)
 
     def embed(self, tokens: Array, positions: Array, deterministic: bool = True) -> Array:

@@ -66,22 +66,25 @@ class TrainResult:
     log_file: str = ""
 
 
+OPTIONAL_MODEL_FIELDS = (
+    "attention_impl",
+    "remat",
+    "scan_layers",
+    "max_segments_per_row",
+    "embd_pdrop",
+    "resid_pdrop",
+    "attn_pdrop",
+)
+
+
 def model_config_from(config: ml_collections.ConfigDict) -> ModelConfig:
     if board_family.is_board(config):  # the board-state family (model.family = "board")
         return board_family.model_config_from(config)
     model = config.model
-    optional = lambda key: None if model.get(key) is None else float(model.get(key))  # noqa: E731
+    # Fields a config may leave out or unset take ModelConfig's own defaults (one copy of them).
+    overrides = {key: model[key] for key in OPTIONAL_MODEL_FIELDS if model.get(key) is not None}
     return ModelConfig.named(
-        model.name,
-        dtype=model.dtype,
-        dropout=float(model.dropout),
-        attention_impl=model.get("attention_impl", "auto"),
-        remat=model.get("remat", "none"),
-        scan_layers=bool(model.get("scan_layers", False)),
-        max_segments_per_row=int(model.get("max_segments_per_row", 32)),
-        embd_pdrop=optional("embd_pdrop"),
-        resid_pdrop=optional("resid_pdrop"),
-        attn_pdrop=optional("attn_pdrop"),
+        model.name, dtype=model.dtype, dropout=float(model.dropout), **overrides
     )
 
 
@@ -121,11 +124,6 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         model_config.check_attention_dropout(jax.default_backend())
 
 
-def _maybe_initialize_distributed(config: ml_collections.ConfigDict) -> None:
-    """Join the job the environment or the flags describe; refuse hosts without preemption sync."""
-    distributed.start(config)
-
-
 def create_sharded_state(model_config: ModelConfig, config, mesh, tx, init_params=None):
     """Initialise parameters directly into their shardings (no full copy on one device)."""
 
@@ -149,15 +147,8 @@ def create_sharded_state(model_config: ModelConfig, config, mesh, tx, init_param
     params, rest = jax.jit(init, out_shardings=(param_sh, rest_sh))()
     state = jax.jit(lambda p, r: init_train_state(p, r, tx))(params, rest)
     # Scalars created inside the jit (step, Adam's count) carry no input sharding: replicate them.
-    state = jax.tree.map(
-        lambda x: (
-            x
-            if isinstance(x.sharding, jax.sharding.NamedSharding)
-            else jax.device_put(x, shd.replicated(mesh))
-        ),
-        state,
-    )
-    return graphdef, state
+    shardings = programs.replicate_unsharded(state_shardings_of(state), mesh)
+    return graphdef, jax.device_put(state, shardings)
 
 
 def state_shardings_of(state: TrainState):
@@ -191,7 +182,7 @@ def _data_iterator(
         num_epochs=num_epochs,
         worker_count=int(config.data.get("worker_count", 0)) if train else 0,
         # One segment slot of the cuDNN kernel's static layout stays for the padding run.
-        max_games_per_row=int(config.model.get("max_segments_per_row", 32)) - 1,
+        max_games_per_row=model_config_from(config).max_segments_per_row - 1,
         worker_buffer_size=int(config.data.get("worker_buffer_size", 1)),
     )
 
@@ -275,7 +266,8 @@ def train_and_evaluate(
     config: ml_collections.ConfigDict, workdir: str | epath.PathLike
 ) -> TrainResult:
     """Train to ``config.train.steps`` (resuming from the workdir's latest checkpoint)."""
-    _maybe_initialize_distributed(config)
+    # Join the job the environment or the flags describe; refuse hosts without preemption sync.
+    distributed.start(config)
     validate_config(config)
     workdir = as_path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)

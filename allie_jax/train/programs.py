@@ -86,7 +86,9 @@ def abstract_batch(config: ml_collections.ConfigDict, rows: int, sharding) -> di
     }
 
 
-def _replicate_unsharded(shardings: Any, mesh: Mesh) -> Any:
+def replicate_unsharded(shardings: Any, mesh: Mesh) -> Any:
+    """Shardings with every one that is not a ``NamedSharding`` replaced by replication: scalars
+    a jit creates (the step, Adam's count) carry none (``loop.create_sharded_state`` too)."""
     return jax.tree.map(
         lambda s: s if isinstance(s, NamedSharding) else shd.replicated(mesh), shardings
     )
@@ -107,7 +109,7 @@ def abstract_state(model_config: ModelConfig, config, mesh: Mesh, tx) -> tuple[A
     )
     init = jax.jit(lambda p, r: init_train_state(p, r, tx))
     state_sh = init.lower(params, rest).compile().output_shardings
-    state_sh = _replicate_unsharded(state_sh, mesh)
+    state_sh = replicate_unsharded(state_sh, mesh)
     state = with_sharding(jax.eval_shape(init, params, rest), state_sh)
     num_params = int(sum(math.prod(x.shape) for x in jax.tree.leaves(abs_params)))
     return graphdef, state, num_params
