@@ -59,6 +59,9 @@ class SearchConfig:
     gumbel_c_visit: float = 50.0  # mctx's maxvisit_init
     gumbel_considered: int = 16  # actions sampled at the root (mctx's max_num_considered_actions)
     gumbel_noise: float = 1.0  # Gumbel noise scale (0: deterministic halving)
+    # Leaves selected per game per search step under virtual loss and evaluated in one model call
+    # (see search/tree_search.py); 1 is the plain one-leaf-per-step search.
+    leaf_batch: int = 1
 
     def __post_init__(self) -> None:
         _check_choice("mode", self.mode, MODES)
@@ -73,6 +76,8 @@ class SearchConfig:
             )
         if self.max_path < 1:
             raise ValueError(f"max_path={self.max_path} must be at least 1")
+        if self.leaf_batch < 1:
+            raise ValueError(f"leaf_batch={self.leaf_batch} must be at least 1")
         if self.gumbel_considered < 1:
             raise ValueError(f"gumbel_considered={self.gumbel_considered} must be at least 1")
         if self.gumbel_noise < 0 or self.gumbel_c_visit < 0:
