@@ -5,8 +5,9 @@ lists a bug to fix; each such field names the released value so it can be reprod
 
 - ``fpu_mode="absolute", fpu=0.0`` gives unvisited children Q = 0 (released); the default
   ``"reduction"`` gives them the parent's running value minus ``fpu``.
-- ``lambda_sqrt=False`` gives the released λ_N = c·ΣN/(|A|+ΣN); the default is Grill et al.'s
-  λ_N = c·sqrt(ΣN)/(|A|+ΣN) (the paper's).
+- ``lambda_schedule="released"`` gives the released final-policy λ (c_puct scaled per game by
+  sqrt(mean_sims / N), then λ_N = c·sqrt(ΣN)/(|A|+ΣN)); ``lambda_sqrt=False`` drops the square
+  root of ΣN as the released code did. The default is a constant λ (``anchor_lambda``) instead.
 - The root evaluation always counts as a visit (the released first simulation scored every child
   0 and took the first legal move): not configurable, it is how mctx counts visits.
 """
@@ -25,6 +26,12 @@ FINAL_POLICIES = ("pibar", "visits")
 FPU_MODES = ("absolute", "reduction")
 SAMPLING = ("sample", "argmax", "rating-based")
 RULES = ("standard", "released")
+LAMBDA_SCHEDULES = ("constant", "paper", "released")
+GUMBEL_TRANSFORMS = ("anchor", "mctx")
+# The default human-anchor strength λ, in value units (Q ∈ [−1, 1]): the paper's λ_N at the mean
+# budget, c·sqrt(N)/(|A| + N) with c = 1.25, N = 50 and a typical |A| = 30 legal moves
+# (1.25·sqrt(50)/80 = 0.1105), so the constant default anchors as the paper's search did at N = 50.
+DEFAULT_ANCHOR_LAMBDA = 0.11
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +48,23 @@ class SearchConfig:
     scale_c_puct: bool = True  # False: every game uses c_puct unscaled
     fpu_mode: str = "reduction"  # "absolute": Q(unvisited) = fpu; "reduction": V(parent) − fpu
     fpu: float = 0.0
-    lambda_sqrt: bool = True  # False: the released λ_N without the square root
+    lambda_sqrt: bool = True  # False: "paper"/"released" λ_N without the square root of ΣN
+    # The human anchor's strength: the final policy (π̄, and Gumbel's "anchor" transform) solves
+    # argmax_π Σ_a q(a)·π(a) − λ·KL(anchor ‖ π), so λ is in value units: a move has to gain about λ
+    # in Q (on [−1, 1]) before it moves e-fold away from the anchor. ``lambda_schedule`` says how
+    # λ depends on the root's visit total ΣN, its |A| legal moves and the game's budget N:
+    # - "constant" (default): λ = anchor_lambda at every budget. The paper's aim (seed 000,
+    #   appendix MCTS): "In adaptive MCTS (AllieAdaptiveSearch), we scale c by the square root of
+    #   the search budget to achieve the same effect of a constant regularization strength."
+    # - "paper": λ_N = c_puct·sqrt(ΣN)/(|A|+ΣN) with c_puct unscaled: Grill et al.'s λ, of which
+    #   seed 000 says "the KL-regularization strength λ ∼ c/sqrt(N_sim), where c is a
+    #   hyperparameter", and seed 002 (piKL) "λ ∼ c_puct·sqrt(N) ... For any fixed computational
+    #   budget N, we can therefore tune c_puct to vary the strength of that prior".
+    # - "released": the released code's pairing, c = c_puct·sqrt(mean_sims/N) (the per-game scaled
+    #   c_puct) in the same λ_N: c_puct·sqrt(mean_sims)/(|A|+ΣN) when ΣN = N, which falls as N
+    #   grows (0.25 at N = 5, 0.11 at N = 50, 0.04 at N = 200 for |A| = 30).
+    anchor_lambda: float = DEFAULT_ANCHOR_LAMBDA  # λ of "constant" (value units, > 0)
+    lambda_schedule: str = "constant"  # "constant" | "paper" | "released"
     final_policy: str = "pibar"  # or "visits" (visit-count distribution)
     pibar_iterations: int = 64  # bisection steps for π̄ (float32 converges in < 40)
     temperature: float = 1.0  # softmax temperature of the policy preset and of budget-0 moves
@@ -53,8 +76,11 @@ class SearchConfig:
     resign_value: float = -0.9  # resign below this value (side to move) ...
     resign: bool = True  # ... when the termination logit also beats every legal move
     # Gumbel MuZero (``gumbel``: mean_sims each; ``gumbel-adaptive``: the time rule), see
-    # search/gumbel.py. π' = softmax(prior + σ(q)) is KL-regularised with
-    # λ = (q_max − q_min) / ((gumbel_c_visit + max N) · gumbel_c_scale): c_scale is the knob.
+    # search/gumbel.py. ``gumbel_transform="anchor"`` (default): π' = softmax(log anchor + q̂/λ)
+    # with the λ above and no rescaling of q̂ (completed Q). "mctx": stock mctx,
+    # π' = softmax(prior + σ(q̂)), σ min–max rescaled, so its λ is
+    # (q_max − q_min) / ((gumbel_c_visit + max N) · gumbel_c_scale) and follows the spread of Q.
+    gumbel_transform: str = "anchor"
     gumbel_c_scale: float = 0.1  # mctx's value_scale
     gumbel_c_visit: float = 50.0  # mctx's maxvisit_init
     gumbel_considered: int = 16  # actions sampled at the root (mctx's max_num_considered_actions)
@@ -68,6 +94,8 @@ class SearchConfig:
         _check_choice("final_policy", self.final_policy, FINAL_POLICIES)
         _check_choice("fpu_mode", self.fpu_mode, FPU_MODES)
         _check_choice("rules", self.rules, RULES)
+        _check_choice("lambda_schedule", self.lambda_schedule, LAMBDA_SCHEDULES)
+        _check_choice("gumbel_transform", self.gumbel_transform, GUMBEL_TRANSFORMS)
         if self.sampling is not None:
             _check_choice("sampling", self.sampling, SAMPLING)
         if not 0 <= self.mean_sims <= self.max_sims:
@@ -92,6 +120,7 @@ class SearchConfig:
             "temperature",
             "max_think_time",
             "gumbel_c_scale",
+            "anchor_lambda",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name}={getattr(self, name)} must be positive")
