@@ -295,3 +295,76 @@ def replay(move_ids: jax.Array, lengths: jax.Array, rules: str = "standard") -> 
         raise ValueError(f"move_ids must be integers, got {move_ids.dtype}")
     state = initial_state(move_ids.shape[0], rules)
     return _replay(state, move_ids.astype(jnp.int32), lengths.astype(jnp.int32))
+
+
+# ----------------------------------------------------------------- repetition features (public)
+def _quiet_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per (side to move, move): from/to squares in the frame of the position after the move
+    (pgx's, mirrored for the new side to move) and whether the move is a king's two-file step."""
+    table = vocab.move_table()
+    frm = np.zeros((2, vocab.NUM_MOVES), np.int32)
+    to = np.zeros((2, vocab.NUM_MOVES), np.int32)
+    for color in (0, 1):
+        for i, (f, t, _) in enumerate(table):
+            frm[color, i] = mapping.vocab_to_pgx_square(int(f), 1 - color)
+            to[color, i] = mapping.vocab_to_pgx_square(int(t), 1 - color)
+    two_files = np.abs(table[:, 0] % 8 - table[:, 1] % 8) == 2
+    return frm, to, two_files
+
+
+_CHILD_FROM, _CHILD_TO, _TWO_FILES = (jnp.asarray(x) for x in _quiet_tables())
+
+
+def _child_repetitions_one(s: ChessState, mask: jax.Array) -> jax.Array:
+    """int32 [1968]: earlier occurrences of the position each legal move leads to (−1 illegal).
+
+    Only a quiet move (no pawn, no capture, no castling) can lead back to an earlier position:
+    the others are irreversible or change the castling rights. Its key is the current one
+    re-keyed incrementally in the new side's frame (the piece leaves ``from`` for ``to``, the
+    side flips, the en passant square goes), compared with the keys since the last capture or
+    pawn move.
+    """
+    color = s.color
+    frm_cur = _MOVE_FROM[color]
+    piece = s.board[frm_cur].astype(jnp.int32)  # the mover's piece (positive) for legal moves
+    flipped = -jnp.flip(s.board.reshape(8, 8), axis=1).reshape(64).astype(jnp.int32)
+    base = jax.lax.reduce(
+        _Z_BOARD[jnp.arange(64), flipped + 6], jnp.uint32(0), jax.lax.bitwise_xor, (0,)
+    )
+    base ^= _Z_COLOR[1 - color]
+    castle = jnp.where(s.castling[::-1].reshape(4, 1), _Z_CASTLING, jnp.uint32(0))
+    base ^= jax.lax.reduce(castle, jnp.uint32(0), jax.lax.bitwise_xor, (0,))
+    base ^= _Z_EP[64]
+    f, t = _CHILD_FROM[color], _CHILD_TO[color]
+    theirs = 6 - piece  # the piece as the new side sees it (−piece), offset by 6 as in the key
+    key = base[None] ^ _Z_BOARD[f, theirs] ^ _Z_BOARD[f, 6] ^ _Z_BOARD[t, 6] ^ _Z_BOARD[t, theirs]
+    target = flipped[t]
+    quiet = mask & (piece != PAWN) & (target == EMPTY) & ~((piece == KING) & _TWO_FILES)
+    slots = jnp.arange(HISTORY)
+    age = (s.ply - slots) % HISTORY
+    window = (age >= 1) & (age <= s.halfmove) & (age <= s.ply)
+    same = (key[:, None, :] == s.keys[None]).all(-1) & window[None]
+    count = jnp.minimum(same.sum(-1), 2)
+    return jnp.where(mask, jnp.where(quiet & (s.halfmove >= 3), count, 0), -1).astype(jnp.int32)
+
+
+@jax.jit
+def child_repetitions(state: ChessState, mask: jax.Array | None = None) -> jax.Array:
+    """int32 [B, 1968]: per legal move, earlier occurrences (capped at 2) of the position it
+    leads to; −1 for illegal moves (the board model's ``move_info``)."""
+    if mask is None:
+        mask = legal_mask(state)
+    return jax.vmap(_child_repetitions_one)(state, mask)
+
+
+@jax.jit
+def repetitions(state: ChessState) -> jax.Array:
+    """int32 [B]: occurrences of each current position since the last capture or pawn move,
+    this one included (1 = first time)."""
+    return jax.vmap(_repetitions)(state)
+
+
+@jax.jit
+def legal_en_passant(state: ChessState) -> jax.Array:
+    """bool [B]: the side to move has a legal en passant capture (python-chess keys ep on it)."""
+    return jax.vmap(lambda s: _has_legal_en_passant(_pgx_state(s)))(state)
