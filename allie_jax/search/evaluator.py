@@ -33,20 +33,18 @@ node, so v = value_white if White is to move else −value_white. A terminal nod
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from allie_jax import chess_jax, vocab
+from allie_jax import chess_jax
 from allie_jax.model.kv_cache import KVCache
-from allie_jax.search.selection import mask_logits
+from allie_jax.search import leaves
+from allie_jax.search.leaves import mover_value
 from allie_jax.search.tree_search import NodeEval
-
-
-def mover_value(value_white: jax.Array, white_to_move: jax.Array) -> jax.Array:
-    return jnp.where(white_to_move, value_white, -value_white)
 
 
 def terminal_value(state: chess_jax.ChessState, legal: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -63,14 +61,11 @@ def node_eval(
     v: jax.Array,
 ) -> NodeEval:
     """A NodeEval from model outputs at a position: legal-masked logits, mover's / exact value."""
-    legal = chess_jax.legal_mask(state)
-    done, exact = terminal_value(state, legal)
-    value = jnp.where(done, exact, mover_value(value_white, chess_jax.white_to_move(state)))
-    logits = mask_logits(policy_logits[:, : vocab.NUM_MOVES].astype(jnp.float32), legal)
-    return NodeEval(logits, value.astype(jnp.float32), done, {"state": state, "k": k, "v": v})
+    value = mover_value(value_white, chess_jax.white_to_move(state))
+    return leaves.node_eval(state, policy_logits, value, {"state": state, "k": k, "v": v})
 
 
-def _attend_one(q, k, v, root_k, root_v, root_len, live, path_k, path_v, path_len):
+def _attend_one(q, k, v, root_k, root_v, root_len, live, path_k, path_v, path_len, group=1):
     """Attention of ONE query per row over root prefix + path + itself, one softmax.
 
     q, k, v: [b, heads, hd]; root_k/v: the root cache's position blocks (``RootKV``), each
@@ -80,12 +75,18 @@ def _attend_one(q, k, v, root_k, root_v, root_len, live, path_k, path_v, path_le
     path_k/v: [b, heads, P, hd] (first ``path_len`` valid). Heads come before positions so
     each (row, head) is one contiguous matrix-vector product (with positions first, XLA on CPU
     transposed the root cache at every call, or reduced it ~3x slower).
+    ``group`` > 1: rows come in groups of ``group`` leaves of one game, and ``root_k/v`` hold
+    one row per game: each game's root is read once for all its leaves (one matrix product).
     """
     f32 = jnp.float32
     q = q.astype(f32) / jnp.sqrt(jnp.asarray(q.shape[-1], f32))
 
-    def scores(keys, length, start=0):
-        s = jnp.einsum("bnh,bnmh->bnm", q, keys.astype(f32))
+    def scores(keys, length, start=0, shared=False):
+        if shared and group > 1:  # [games, group, heads, m]: one root per group of rows
+            s = jnp.einsum("gknh,gnmh->gknm", q.reshape(-1, group, *q.shape[1:]), keys.astype(f32))
+            s = s.reshape(q.shape[0], q.shape[1], keys.shape[2])
+        else:
+            s = jnp.einsum("bnh,bnmh->bnm", q, keys.astype(f32))
         positions = start + jnp.arange(keys.shape[2])
         return jnp.where((positions < length[:, None])[:, None], s, -jnp.inf)
 
@@ -98,7 +99,7 @@ def _attend_one(q, k, v, root_k, root_v, root_len, live, path_k, path_v, path_le
     s_root = [
         if_live(
             start,
-            functools.partial(scores, keys, root_len, start),
+            functools.partial(scores, keys, root_len, start, True),
             jnp.full((b, n, keys.shape[2]), -jnp.inf, f32),
         )
         for start, keys in zip(starts, root_k, strict=True)
@@ -110,12 +111,15 @@ def _attend_one(q, k, v, root_k, root_v, root_len, live, path_k, path_v, path_le
     e_path = jnp.exp(s_path - m[..., None])
     e_self = jnp.exp(s_self - m)
     denom = sum(e.sum(-1) for e in e_root) + e_path.sum(-1) + e_self
+
+    def weighted(e, values):
+        if group == 1:
+            return jnp.einsum("bnm,bnmh->bnh", e, values.astype(f32))
+        e = e.reshape(-1, group, *e.shape[1:])
+        return jnp.einsum("gknm,gnmh->gknh", e, values.astype(f32)).reshape(q.shape)
+
     out = sum(
-        if_live(
-            start,
-            functools.partial(jnp.einsum, "bnm,bnmh->bnh", e, values.astype(f32)),
-            jnp.zeros_like(q),
-        )
+        if_live(start, functools.partial(weighted, e, values), jnp.zeros_like(q))
         for start, e, values in zip(starts, e_root, root_v, strict=True)
     )
     out = (
@@ -169,18 +173,24 @@ def _rows(x: jax.Array, b: int) -> jax.Array:
     return x if x.shape[0] == b else x[:b]
 
 
-def path_forward(model: Any, action, root: RootKV, path_nodes, path_len, store_k, store_v):
+def path_forward(
+    model: Any, action, root: RootKV, path_nodes, path_len, store_k, store_v, leaf_batch: int = 1
+):
     """Model outputs for move ``action`` [b] after root prefix + path, and the token's keys/values.
 
     ``root`` is the root cache in ``heads_first`` layout; rows are its first b and the first b of
     the per-node stores ``store_k/v`` ([B, N, L, heads, hd]); ``path_nodes`` [b, P] are the
     path's node slots, ``path_len`` [b] how many are real. Returns (ModelOutputs at the new
-    token, k, v [b, L, heads, hd]).
+    token, k, v [b, L, heads, hd]). ``leaf_batch`` K > 1: row r is a leaf of game r // K (b a
+    multiple of K; the root cache and the stores hold games, not rows).
     """
     b = action.shape[0]
     dt = model.config.compute_dtype
-    rows = jnp.arange(b)
-    root_len = _rows(root.length, b)
+    games = b // leaf_batch
+    rows = jnp.arange(b) if leaf_batch == 1 else jnp.arange(b) // leaf_batch
+    root_len = _rows(root.length, games)
+    if leaf_batch > 1:
+        root_len = jnp.repeat(root_len, leaf_batch)
     live = jnp.max(root_len)  # the longest root among these rows: later blocks are skipped
     x = model.embed(action[:, None].astype(jnp.int32), (root_len + path_len)[:, None])
     # [b, L, heads, P, hd]: every layer's path keys/values read at once, before the model runs
@@ -198,13 +208,14 @@ def path_forward(model: Any, action, root: RootKV, path_nodes, path_len, store_k
             q,
             k,
             v,
-            tuple(_rows(x, b) for x in root.k[i]),
-            tuple(_rows(x, b) for x in root.v[i]),
+            tuple(_rows(x, games) for x in root.k[i]),
+            tuple(_rows(x, games) for x in root.v[i]),
             root_len,
             live,
             path_k,
             path_v,
             path_len,
+            leaf_batch,
         ).astype(dt)
         # one [b, heads·hd] x [heads·hd, d] product: written as "bnh,nhd->bd", XLA on CPU
         # re-laid the [heads, hd, d] weights out (a 2.4 MB copy per layer per simulation step)
@@ -226,17 +237,35 @@ def path_forward(model: Any, action, root: RootKV, path_nodes, path_len, store_k
 SHORT_PATHS = (4, 8)
 
 
-def make_model_expand(model: Any, root_cache: KVCache, row_buckets: tuple[int, ...] | None = None):
+def make_model_expand(
+    model: Any,
+    root_cache: KVCache,
+    row_buckets: tuple[int, ...] | None = None,
+    leaf_batch: int | None = None,
+):
     """The ``tree_search.ExpandFn`` of a model (call inside jit; ``model`` is an AllieModel).
 
-    ``row_buckets``: batch sizes (descending, the first = the batch) for which the model part is
-    compiled; each step runs the smallest one covering ``num_active`` rows. None: the batch only.
+    ``row_buckets``: row counts (descending, the first = the batch times ``leaf_batch``) for
+    which the model part is compiled; each step runs the smallest one covering ``num_active``
+    rows. None: every row only. ``leaf_batch`` K: the search's leaves per game per step (rows
+    b·K .. b·K + K − 1 are game b's); every bucket must then be a multiple of K. None: K is
+    the first bucket over the batch size (1 without buckets), so a caller that sizes the
+    buckets for B·K rows needs nothing else.
     """
-    batch = root_cache.batch_size
+    if leaf_batch is None:
+        leaf_batch = max(1, (row_buckets or (0,))[0] // root_cache.batch_size)
+    batch = root_cache.batch_size * leaf_batch
     root = heads_first(root_cache)  # outside the simulation loop: one transpose per move
     buckets = tuple(row_buckets or (batch,))
-    if buckets[0] != batch or list(buckets) != sorted(buckets, reverse=True):
-        raise ValueError(f"row_buckets={buckets} must descend from the batch size {batch}")
+    if (
+        buckets[0] != batch
+        or list(buckets) != sorted(buckets, reverse=True)
+        or any(size % leaf_batch for size in buckets)
+    ):
+        raise ValueError(
+            f"row_buckets={buckets} must descend from {batch} rows (batch size x leaf_batch "
+            f"{leaf_batch}) in multiples of leaf_batch"
+        )
 
     def evaluate(size, width, store_k, store_v, path_nodes, path_len, action, state):
         # the rules (move, legal mask, outcome) and the model run on the first ``size`` rows
@@ -251,6 +280,7 @@ def make_model_expand(model: Any, root_cache: KVCache, row_buckets: tuple[int, .
             path_len[:size],
             store_k,
             store_v,
+            leaf_batch,
         )
         ev = node_eval(child, out.policy_logits[:, 0], out.value[:, 0], k, v)
         pad = batch - size
@@ -262,7 +292,8 @@ def make_model_expand(model: Any, root_cache: KVCache, row_buckets: tuple[int, .
 
     def expand(payloads, parent, path_nodes, path_len, action, num_active=None):
         rows = jnp.arange(parent.shape[0])
-        state = jax.tree.map(lambda x: x[rows, parent], payloads["state"])
+        game = rows if leaf_batch == 1 else rows // leaf_batch
+        state = jax.tree.map(lambda x: x[game, parent], payloads["state"])
         args = (payloads["k"], payloads["v"], path_nodes, path_len, action, state)
         max_path = path_nodes.shape[1]
         widths = tuple(w for w in SHORT_PATHS if w < max_path) + (max_path,)
@@ -289,3 +320,21 @@ def root_eval(model: Any, state: chess_jax.ChessState, outputs_last, cache: KVCa
     b = state.color.shape[0]
     zeros = jnp.zeros((b, cfg.num_layers, cfg.num_heads, cfg.head_dim), cache.k.dtype)
     return node_eval(state, outputs_last.policy_logits, outputs_last.value, zeros, zeros)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderLeaves:
+    """The decoder's ``leaves.Leaves``: the context is the root prefix's ``KVCache``."""
+
+    def root_eval(self, model: Any, state, root_out, context: KVCache) -> NodeEval:
+        return root_eval(model, state, root_out, context)
+
+    def make_expand(self, model: Any, context: KVCache, row_buckets: tuple[int, ...]):
+        return make_model_expand(model, context, row_buckets)
+
+    def sort_context(self, context: KVCache, order, sorted_rows: bool) -> KVCache:
+        return KVCache(
+            leaves.take_rows(context.k, order, sorted_rows, 1),
+            leaves.take_rows(context.v, order, sorted_rows, 1),
+            leaves.take_rows(context.length, order, sorted_rows),
+        )

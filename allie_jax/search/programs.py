@@ -1,7 +1,7 @@
 """The search of a batch of roots as one jitted program over *abstract* inputs.
 
 ``Searcher.run`` calls three jitted functions per move: the prefill, the replay, and
-``searcher._search`` (the root evaluation, every simulation step, the final policy). The last is
+``steps.search`` (the root evaluation, every simulation step, the final policy). The last is
 the one that runs the model once per simulation, so it is the program an accelerator check
 compiles. Its inputs here are the shapes the Searcher gives it, read with ``jax.eval_shape`` from
 the same prefill and replay functions, so a change to their outputs reaches this program too.
@@ -21,8 +21,9 @@ import numpy as np
 from flax import nnx
 
 from allie_jax.model import AllieModel, ModelConfig
-from allie_jax.search import searcher, tree_search
+from allie_jax.search import budget, finish, prefill, searcher, steps, tree_search
 from allie_jax.search.config import SearchConfig
+from allie_jax.search.evaluator import DecoderLeaves
 
 
 @dataclasses.dataclass
@@ -45,7 +46,7 @@ def search_program(
     config: SearchConfig,
     batch: int,
     sharding,
-    width: int = searcher.ENGINE_SHORT_WIDTH,
+    width: int = prefill.ENGINE_SHORT_WIDTH,
 ) -> SearchProgram:
     """The search of ``batch`` roots (a power of two) with every input placed on ``sharding``."""
     if batch < 1 or batch & (batch - 1):
@@ -56,24 +57,24 @@ def search_program(
     abstract = nnx.eval_shape(lambda: AllieModel(model_config, rngs=nnx.Rngs(0)))
     graphdef, params = nnx.split(abstract)
 
-    def prefill(params, tokens, num_new):
+    def root_prefill(params, tokens, num_new):
         model = nnx.merge(graphdef, params)
         cache = model.init_cache(batch, width)
-        return searcher._prefill.jitted(graphdef, params, tokens, cache, num_new)
+        return prefill._prefill.jitted(graphdef, params, tokens, cache, num_new)
 
-    tokens = jax.ShapeDtypeStruct((batch, searcher.PREFILL_BUCKETS[0]), jnp.int32)
+    tokens = jax.ShapeDtypeStruct((batch, prefill.PREFILL_BUCKETS[0]), jnp.int32)
     rows = jax.ShapeDtypeStruct((batch,), jnp.int32)
-    root_out, cache = jax.eval_shape(prefill, params, tokens, rows)
+    root_out, cache = jax.eval_shape(root_prefill, params, tokens, rows)
     moves = jax.ShapeDtypeStruct((batch, width), jnp.int32)
     state, _, _ = jax.eval_shape(
         lambda m, n: searcher._replay.jitted(m, n, config.rules), moves, rows
     )
     budgets = np.full(batch, config.max_sims, np.int32)
-    gumbel = searcher.gumbel_params(config)
-    table = searcher._halving_table(config) if gumbel is not None else None
+    gumbel = finish.gumbel_params(config)
+    table = finish.halving_table(config) if gumbel is not None else None
     host = (
         budgets,
-        searcher.budget_lib.scaled_c_puct(config, budgets),
+        budget.scaled_c_puct(config, budgets),
         np.zeros(batch, bool),  # argmax rows
         jax.eval_shape(lambda: jax.random.key(0)),
         np.arange(batch, dtype=np.int32),  # order
@@ -86,6 +87,7 @@ def search_program(
         None if table is None else _placed(table, sharding),
     )
     static = dict(
+        leaves=DecoderLeaves(),
         num_nodes=config.max_sims + 1,
         config=config,
         tree_params=tree_search.SearchParams(
@@ -93,4 +95,4 @@ def search_program(
         ),
         row_buckets=searcher.row_buckets(batch, config.mode),
     )
-    return SearchProgram(searcher._search.jitted, args, static, batch, width)
+    return SearchProgram(steps.search.jitted, args, static, batch, width)

@@ -1,15 +1,14 @@
-"""``Searcher``: Allie's four presets for a batch of games, in two jitted calls per move.
+"""``Searcher``: a ``SearchConfig`` preset for a batch of games, for every model family.
 
-1. Prefill: each game's root prefix ``encode_game(game, partial=True).tokens`` goes through
-   ``model.extend`` on top of what the Searcher already cached for that game (an LRU of per-game
-   KV rows, keyed by ``game.game_id`` or the object, verified token by token), so a game played
-   move after move only runs the plies added since its last search.
-2. Search: replay the games inside jit (chess_jax), set each game's budget from the time head,
-   run ``tree_search.search`` with the model evaluator (one token per simulation), and turn the
-   root statistics into the final policy, the move, and the resignation flag.
+A move is: the family's roots (``leaves.Roots``: move lists, then the root outputs and the
+leaves' context, e.g. the decoder's KV-cached prefill in search/prefill.py), the games replayed
+inside jit (chess_jax), each game's budget from the time head (or the preset), then one jitted
+search (search/steps.py: ``tree_search`` with the family's leaf evaluation, the final policy, the
+move and the resignation flag, search/finish.py).
 
-Batches are padded to powers of two and prefix lengths to buckets, and the tree size to a power
-of two of the largest budget, so a long match compiles each function only a handful of times.
+Batches are padded to powers of two and the tree size to a power of two of the largest budget
+(``fixed_shapes``: ``max_sims + 1`` always), so a long match compiles each function only a
+handful of times; ``warmup`` compiles them all before the first move.
 
 Mixed budgets (``adaptive``): the batch runs max(budget) simulation steps. Inside the search the
 rows are sorted by budget (descending; results come back in the callers' order, and each row's
@@ -17,11 +16,13 @@ move is drawn after un-sorting, so it does not depend on the sort), so the games
 at a step are a prefix and the model runs on the smallest of (B, B/2, ..., B/16) rows covering
 them (``row_buckets``). A batch of 32 games with budgets 41..132 thus costs about its real
 simulations instead of 32 × 132.
+
+With a clock (``deadline`` / ``should_stop``) the search runs in chunks of about ``CHUNK_S``
+seconds and stops early with the tree it has.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import time
@@ -34,18 +35,29 @@ import numpy as np
 from flax import nnx
 
 from allie_jax import aot, chess_jax, vocab
-from allie_jax.game import Game, denormalize_think_time, encode_game
-from allie_jax.model.kv_cache import KVCache
+from allie_jax.game import Game, denormalize_think_time
 from allie_jax.search import budget as budget_lib
-from allie_jax.search import decision, evaluator, gumbel, pibar, selection, tree_search
+from allie_jax.search import decision, steps, tree_search
 from allie_jax.search.config import ADAPTIVE_MODES, SearchConfig
+from allie_jax.search.finish import anchor_rows, gumbel_params, halving_table
+from allie_jax.search.prefill import (
+    ENGINE_SHORT_WIDTH,
+    LENGTH_BUCKETS,
+    PREFILL_BUCKETS,
+    DecoderRoots,
+)
 
-LENGTH_BUCKETS = (8, 16, 32, 64, 128, 256, 512)
-# Tokens run through the model by one prefill: finer than the cache widths, because the prefill
-# computes every padded token (a cold 35-token root padded to 64 doubled its cost, a third of
-# a 124M model's move at batch 32), while a new width only recompiles the cheap prefill, not the
-# search (whose shapes follow the cache width).
-PREFILL_BUCKETS = (8, 16, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512)
+__all__ = [
+    "CHUNK_S",
+    "ENGINE_SHORT_WIDTH",
+    "LENGTH_BUCKETS",
+    "PREFILL_BUCKETS",
+    "SearchOutput",
+    "Searcher",
+    "gumbel_params",
+    "row_buckets",
+    "tree_size",
+]
 
 
 @dataclasses.dataclass
@@ -69,9 +81,6 @@ class SearchOutput:
 
 _next_pow2 = decision.next_pow2
 _bucket = decision.bucket
-ENGINE_SHORT_WIDTH = (
-    128  # fixed_shapes: games up to ~120 plies use this cache width, longer the model's
-)
 CHUNK_S = 0.025  # a chunked search checks its clock and ``stop`` about this often
 
 
@@ -96,22 +105,6 @@ def tree_size(max_budget: int, max_sims: int) -> int:
     return min(_next_pow2(max_budget), max(max_sims, max_budget)) + 1
 
 
-# ----------------------------------------------------------------------------- jitted pieces
-@functools.partial(aot.jit, static_argnames=("graphdef",))
-def _prefill(graphdef, params, tokens, cache: KVCache, num_new):
-    model = nnx.merge(graphdef, params)
-    out, cache = model.extend(tokens, cache, num_new, last_only=True)
-    return jax.tree.map(lambda x: x[:, 0], out), cache
-
-
-@aot.jit
-def _split_rows(k, v):
-    """Each row's keys/values ([L, M, H, D]) as its own array, all in one call: slicing the
-    rows one by one dispatched 2·B small ops per move (~0.7 ms each on CPU: about 45 ms of a
-    32-game move with the small model)."""
-    return tuple(k[:, i] for i in range(k.shape[1])), tuple(v[:, i] for i in range(v.shape[1]))
-
-
 @functools.partial(aot.jit, static_argnames=("rules",))
 def _replay(move_ids, lengths, rules):
     state = chess_jax.replay(move_ids, lengths, rules)
@@ -120,340 +113,18 @@ def _replay(move_ids, lengths, rules):
     return state, legal, done
 
 
-@functools.partial(aot.jit, static_argnames=("config",))
-def _decide_unsearched(
-    root_state, legal, root_out, argmax_rows, rng, anchor_logits, *, config: SearchConfig
-):
-    """Every row at budget 0 (``policy``, ``greedy``, an all-zero adaptive batch): no tree.
-
-    With an anchor, the move is drawn from the tempered anchor instead of the prior.
-    """
-    value_stm = evaluator.mover_value(root_out.value, chess_jax.white_to_move(root_state))
-    res = decision.policy_step(root_out.policy_logits, legal, value_stm, argmax_rows, rng, config)
-    if anchor_logits is not None:
-        res["policy"] = decision.legal_prior(anchor_logits, legal, config.temperature)
-        res["move_id"] = decision.draw_moves(res["policy"], legal, argmax_rows, rng)
-    res["visits"] = jnp.zeros(legal.shape, jnp.int32)
-    res["search_value"] = value_stm
-    res["effective_lambda"] = jnp.full(value_stm.shape, jnp.nan, jnp.float32)
-    return res
-
-
-def _take(x, index, sorted_rows, axis=0):
-    return jnp.take(x, index, axis=axis) if sorted_rows else x
-
-
-def _sorted_cache(cache: KVCache, order, sorted_rows: bool) -> KVCache:
-    return KVCache(
-        _take(cache.k, order, sorted_rows, 1),
-        _take(cache.v, order, sorted_rows, 1),
-        _take(cache.length, order, sorted_rows),
-    )
-
-
-def _start(
-    model,
-    root_state,
-    root_out,
-    budgets,
-    c_puct,
-    order,
-    num_nodes,
-    sorted_rows,
-    rng,
-    halving_table,
-    gumbel_params: gumbel.GumbelParams | None,
-):
-    """Rows sorted by budget (if ``sorted_rows``), the root evaluated, the tree initialised.
-
-    The root cache is not an input (``root_eval`` needs only its dtype), so this compiles once
-    per tree size, whatever the cache width. Gumbel modes (``gumbel_params``) also draw each
-    game's noise (in the callers' row order, so it does not depend on the sort) and gather its
-    sequential-halving row; both ride in ``tree.extra_data``.
-    """
-    state_s, out_s, budgets_s, c_puct_s = jax.tree.map(
-        lambda x: _take(x, order, sorted_rows), (root_state, root_out, budgets, c_puct)
-    )
-    root = evaluator.root_eval(model, state_s, out_s, model.init_cache(budgets.shape[0], 1))
-    extra = None
-    if gumbel_params is not None:
-        keys = jax.random.split(jax.random.fold_in(rng, _NOISE_STREAM), budgets.shape[0])
-        noise = gumbel.gumbel_noise(
-            _take(keys, order, sorted_rows), root.prior_logits.shape[-1], gumbel_params.noise_scale
-        )
-        extra = gumbel.root_extra_data(root, budgets_s, noise, halving_table, gumbel_params)
-    # pUCT trees keep log-priors (one exp per visit instead of a softmax); Gumbel's keep logits
-    tree = tree_search.init_tree(root, c_puct_s, num_nodes, extra, log_prior=gumbel_params is None)
-    return tree, budgets_s, c_puct_s
-
-
-_NOISE_STREAM = 0x6B  # the Gumbel noise's key: fold_in(rng, this); the move is drawn with rng
-
-
-def _finish(
-    tree,
-    budgets_s,
-    c_puct_s,
-    order,
-    root_out,
-    argmax_rows,
-    rng,
-    anchor_logits,
-    config,
-    sorted_rows,
-):
-    """The final policy from the searched tree, back in the callers' row order, and the move.
-
-    ``budgets_s``: the simulations each (sorted) row actually ran; a row with 0 plays from the
-    tempered prior (or anchor) as in ``policy``. ``anchor_logits`` (None: the model's prior) is
-    the policy the final one is regularised towards: π̄'s KL term, Gumbel's softmax(anchor + σ).
-    """
-    prior_logits = tree.extra_data.get(selection.RAW_ROOT_LOGITS, tree.children_prior_logits[:, 0])
-    legal = selection.legal_from_logits(prior_logits)
-    prior = decision.legal_prior(prior_logits, legal)
-    anchor = prior_logits
-    if anchor_logits is not None:
-        anchor = _take(anchor_logits.astype(jnp.float32), order, sorted_rows)
-        anchor = selection.mask_logits(anchor, legal)
-    tempered = decision.legal_prior(anchor, legal, config.temperature)
-    visits = tree.children_visits[:, 0]
-    if config.gumbel:
-        improved = gumbel.improve(tree, tree.extra_data["gumbel"], gumbel_params(config), anchor)
-        searched, lam = improved.policy, improved.effective_lambda
-    else:
-        anchor_prior = decision.legal_prior(anchor, legal)
-        q = jax.vmap(
-            lambda t, i: selection.completed_q(t, i, fpu_mode=config.fpu_mode, fpu=config.fpu),
-            in_axes=(0, None),
-        )(tree, 0)
-        lam = pibar.kl_lambda(c_puct_s, visits.sum(-1), legal.sum(-1), sqrt=config.lambda_sqrt)
-        if config.final_policy == "pibar":
-            searched = pibar.pibar(q, anchor_prior, legal, lam, iterations=config.pibar_iterations)
-        else:
-            searched = pibar.visit_policy(visits, anchor_prior)
-    lam = jnp.where(budgets_s > 0, lam, jnp.nan).astype(jnp.float32)
-    policy = jnp.where((budgets_s > 0)[:, None], searched, tempered)
-    search_value = tree.node_values[:, 0]
-    root_value = tree.raw_values[:, 0]
-    # back to the callers' row order before sampling, so a row's move does not depend on how
-    # the batch was sorted
-    inverse = jnp.argsort(order)
-    legal, prior, policy, visits, search_value, root_value, lam = jax.tree.map(
-        lambda x: _take(x, inverse, sorted_rows),
-        (legal, prior, policy, visits, search_value, root_value, lam),
-    )
-    return {
-        "move_id": decision.draw_moves(policy, legal, argmax_rows, rng),
-        "policy": policy,
-        "prior": prior,
-        "visits": visits.astype(jnp.int32),
-        "resign": decision.resign_flags(root_out.policy_logits, legal, root_value, config),
-        "search_value": search_value,
-        "effective_lambda": lam,
-    }
-
-
-def gumbel_params(config: SearchConfig) -> gumbel.GumbelParams | None:
-    """The Gumbel knobs of a ``gumbel*`` config (static, hashable), None for other modes."""
-    if not config.gumbel:
-        return None
-    return gumbel.GumbelParams(
-        c_visit=float(config.gumbel_c_visit),
-        c_scale=float(config.gumbel_c_scale),
-        max_considered=int(config.gumbel_considered),
-        noise_scale=float(config.gumbel_noise),
-    )
-
-
-def _select_fn(params: gumbel.GumbelParams | None):
-    return None if params is None else gumbel.make_gumbel_selection(params)
-
-
-_STATIC = ("graphdef", "num_nodes", "config", "tree_params", "row_buckets")
-
-
-@functools.partial(aot.jit, static_argnames=_STATIC)
-def _search(
-    graphdef,
-    params,
-    cache: KVCache,
-    root_state,
-    root_out,
-    budgets,
-    c_puct,
-    argmax_rows,
-    rng,
-    order,
-    anchor_logits,
-    halving_table,
-    *,
-    num_nodes: int,
-    config: SearchConfig,
-    tree_params: tree_search.SearchParams,
-    row_buckets: tuple[int, ...],
-):
-    """The whole search of a batch in one call: ``_start``, every simulation, ``_finish``."""
-    model = nnx.merge(graphdef, params)
-    sorted_rows = len(row_buckets) > 1  # rows by budget, descending: the active rows are a prefix
-    gp = gumbel_params(config)
-    tree, budgets_s, c_puct_s = _start(
-        model,
-        root_state,
-        root_out,
-        budgets,
-        c_puct,
-        order,
-        num_nodes,
-        sorted_rows,
-        rng,
-        halving_table,
-        gp,
-    )
-    expand = evaluator.make_model_expand(
-        model, _sorted_cache(cache, order, sorted_rows), row_buckets
-    )
-    stop = jnp.max(jnp.minimum(budgets_s, num_nodes - 1))
-    tree = tree_search.run_simulations(
-        tree,
-        expand,
-        budgets_s,
-        0,
-        stop,
-        num_nodes=num_nodes,
-        params=tree_params,
-        select_fn=_select_fn(gp),
-    )
-    return _finish(
-        tree,
-        budgets_s,
-        c_puct_s,
-        order,
-        root_out,
-        argmax_rows,
-        rng,
-        anchor_logits,
-        config,
-        sorted_rows,
-    )
-
-
-# The same search in pieces, for a caller with a clock: start, chunks of simulations, finish.
-@functools.partial(
-    aot.jit, static_argnames=("graphdef", "num_nodes", "sorted_rows", "gumbel_params")
-)
-def _search_start(
-    graphdef,
-    params,
-    root_state,
-    root_out,
-    budgets,
-    c_puct,
-    order,
-    rng,
-    halving_table,
-    *,
-    num_nodes,
-    sorted_rows,
-    gumbel_params,
-):
-    model = nnx.merge(graphdef, params)
-    return _start(
-        model,
-        root_state,
-        root_out,
-        budgets,
-        c_puct,
-        order,
-        num_nodes,
-        sorted_rows,
-        rng,
-        halving_table,
-        gumbel_params,
-    )
-
-
-@functools.partial(
-    aot.jit,
-    static_argnames=("graphdef", "num_nodes", "tree_params", "row_buckets", "gumbel_params"),
-    donate_argnames=("tree",),
-)
-def _search_chunk(
-    graphdef,
-    params,
-    cache,
-    order,
-    tree,
-    budgets_s,
-    start,
-    stop,
-    *,
-    num_nodes: int,
-    tree_params: tree_search.SearchParams,
-    row_buckets: tuple[int, ...],
-    gumbel_params: gumbel.GumbelParams | None = None,
-):
-    model = nnx.merge(graphdef, params)
-    cache_s = _sorted_cache(cache, order, len(row_buckets) > 1)
-    expand = evaluator.make_model_expand(model, cache_s, row_buckets)
-    return tree_search.run_simulations(
-        tree,
-        expand,
-        budgets_s,
-        start,
-        stop,
-        num_nodes=num_nodes,
-        params=tree_params,
-        select_fn=_select_fn(gumbel_params),
-    )
-
-
-@functools.partial(aot.jit, static_argnames=("config", "sorted_rows"))
-def _search_finish(
-    tree,
-    budgets_s,
-    c_puct_s,
-    order,
-    root_out,
-    argmax_rows,
-    rng,
-    anchor_logits,
-    *,
-    config: SearchConfig,
-    sorted_rows: bool,
-):
-    return _finish(
-        tree,
-        budgets_s,
-        c_puct_s,
-        order,
-        root_out,
-        argmax_rows,
-        rng,
-        anchor_logits,
-        config,
-        sorted_rows,
-    )
-
-
-# ----------------------------------------------------------------------------- the Searcher
-@dataclasses.dataclass
-class _CachedRow:
-    tokens: np.ndarray
-    k: jax.Array  # [L, M, H, D]
-    v: jax.Array
-
-
 class Searcher:
-    """Runs a ``SearchConfig`` preset on batches of games with one model.
+    """Runs a ``SearchConfig`` preset on batches of games with one model of any family.
 
-    ``cache_games`` bounds how many games' KV rows are kept between calls (least recently used
-    dropped first); ``forget()`` clears them.
+    ``roots`` (``leaves.Roots``) is the family's side: None builds the decoder's
+    (``prefill.DecoderRoots``, with ``cache_games`` games' KV rows kept between calls);
+    ``engine/board.py`` and ``baselines/maia_search.py`` pass theirs.
 
     ``fixed_shapes`` (the UCI engine's setting) trades a little work for a closed set of shapes,
     so ``warmup`` can compile all of them before the first move: the tree always has
     ``max_sims + 1`` slots (instead of the next power of two of the batch's largest budget) and
-    a prefill runs 8 new tokens or the whole cache width. Without it (matches, benchmarks) the
-    shapes follow the batch more tightly.
+    the decoder's prefill runs 8 new tokens or the whole cache width. Without it (matches,
+    benchmarks) the shapes follow the batch more tightly.
     """
 
     def __init__(
@@ -463,105 +134,38 @@ class Searcher:
         *,
         cache_games: int = 1024,
         fixed_shapes: bool = False,
+        roots: Any = None,
     ):
         self.model = model
         self.config = config or SearchConfig()
-        self.graphdef, self.params = nnx.split(model)
-        self.cache_games = cache_games
         self.fixed_shapes = fixed_shapes
-        self._rows: collections.OrderedDict[Any, _CachedRow] = collections.OrderedDict()
-        self.stats = collections.Counter()  # prefill_tokens, simulations, ...
+        if roots is None:
+            roots = DecoderRoots(
+                model, self.config, cache_games=cache_games, fixed_shapes=fixed_shapes
+            )
+        self.roots = roots
+        self.graphdef, self.params = nnx.split(model)
+
+    @property
+    def stats(self):
+        """``prefill_tokens`` (the decoder), ``simulations``, ``positions``: a Counter."""
+        return self.roots.stats
+
+    @stats.setter
+    def stats(self, value) -> None:
+        self.roots.stats = value
 
     def forget(self) -> None:
-        self._rows.clear()
-
-    # -- helpers -----------------------------------------------------------------------------
-    def _tokens(self, game: Game) -> np.ndarray:
-        return encode_game(decision.conditioned_game(self.config, game), partial=True).tokens
-
-    @staticmethod
-    def _key(game: Game) -> Any:
-        return game.game_id or id(game)
-
-    def _widths(self) -> tuple[int, ...]:
-        """Cache / replay widths: the fine buckets, or two for ``fixed_shapes`` (each width
-        compiles the whole search again; a wider cache costs a little attention per simulation)."""
-        max_len = self.model.config.max_len
-        if self.fixed_shapes:
-            return tuple(sorted({min(ENGINE_SHORT_WIDTH, max_len), max_len}))
-        return LENGTH_BUCKETS
-
-    def _prefill_width(self, num_new: int, width: int) -> int:
-        if self.fixed_shapes:
-            return PREFILL_BUCKETS[0] if num_new <= PREFILL_BUCKETS[0] else width
-        return _bucket(num_new, PREFILL_BUCKETS)
+        self.roots.forget()
 
     def _tree_size(self, max_budget: int) -> int:
         if self.fixed_shapes:
             return 1 if max_budget <= 0 else self.config.max_sims + 1
         return tree_size(max_budget, self.config.max_sims)
 
-    def _prefill(self, keys, token_rows):
-        cfg = self.model.config
-        b = len(token_rows)
-        lengths = np.array([len(t) for t in token_rows])
-        width = _bucket(int(lengths.max()), self._widths())
-        if width > cfg.max_len:
-            raise ValueError(
-                f"a game prefix has {int(lengths.max())} tokens; the model takes at most {cfg.max_len}"
-            )
-        usable = np.zeros(b, np.int64)
-        cached: list[_CachedRow | None] = []
-        for i, (key, toks) in enumerate(zip(keys, token_rows, strict=True)):
-            row = self._rows.get(key) if key is not None else None
-            if row is not None:
-                n = min(len(row.tokens), len(toks) - 1, width)
-                same = np.flatnonzero(row.tokens[:n] != toks[:n])
-                usable[i] = same[0] if len(same) else n
-            if key is None:  # batch padding: its outputs are discarded, so skip its prefix
-                usable[i] = len(toks) - 1
-            cached.append(row if row is not None and usable[i] > 0 else None)
-        cache = self.model.init_cache(b, width)
-        if any(r is not None for r in cached):
-            k, v = cache.k, cache.v
-            for i, row in enumerate(cached):
-                if row is None:
-                    continue
-                m = min(row.k.shape[1], width)
-                k = k.at[:, i, :m].set(row.k[:, :m])
-                v = v.at[:, i, :m].set(row.v[:, :m])
-            cache = KVCache(k, v, cache.length)
-        # committed to one device whichever branch built it: jit's cache tells committed and
-        # uncommitted inputs apart, and warm-up must compile what a move will run
-        device = jax.devices()[0]
-        cache = KVCache(
-            jax.device_put(cache.k, device),
-            jax.device_put(cache.v, device),
-            jax.device_put(jnp.asarray(usable, jnp.int32), device),
-        )
-        num_new = lengths - usable
-        s = self._prefill_width(int(num_new.max()), width)
-        new = np.full((b, s), vocab.PAD, np.int32)
-        for i, toks in enumerate(token_rows):
-            new[i, : num_new[i]] = toks[usable[i] :]
-        out, cache = _prefill(
-            self.graphdef, self.params, jnp.asarray(new), cache, jnp.asarray(num_new, jnp.int32)
-        )
-        real = np.array([k is not None for k in keys])
-        self.stats["prefill_tokens"] += int(num_new[real].sum())
-        row_k, row_v = _split_rows(cache.k, cache.v) if real.any() else ((), ())
-        for i, (key, toks) in enumerate(zip(keys, token_rows, strict=True)):
-            if key is None:
-                continue
-            self._rows[key] = _CachedRow(toks, row_k[i], row_v[i])
-            self._rows.move_to_end(key)
-        while len(self._rows) > self.cache_games:
-            self._rows.popitem(last=False)
-        return out, cache
-
     def _replay(self, move_lists: Sequence[np.ndarray]):
         b = len(move_lists)
-        width = _bucket(max(1, max(len(m) for m in move_lists)), self._widths())
+        width = _bucket(max(1, max(len(m) for m in move_lists)), self.roots.replay_widths())
         move_ids = np.zeros((b, width), np.int32)
         for i, m in enumerate(move_lists):
             move_ids[i, : len(m)] = m
@@ -600,20 +204,15 @@ class Searcher:
         cfg = self.config
         n = len(games)
         b = _next_pow2(n)
-        anchor = _anchor_rows(anchor_logits, n, b)
-        token_rows = [self._tokens(g) for g in games]
-        heads = [len(t) - len(g.moves) for t, g in zip(token_rows, games, strict=True)]
-        keys: list[Any] = [self._key(g) for g in games]
-        pad = b - n
-        token_rows += [token_rows[0]] * pad
-        keys += [None] * pad
-        root_out, cache = self._prefill(keys, token_rows)
-
-        move_lists = [t[h:] for t, h in zip(token_rows, heads + [heads[0]] * pad, strict=True)]
+        if budgets is not None and len(budgets) != n:
+            raise ValueError(f"budgets has {len(budgets)} entries for {n} games")
+        anchor = anchor_rows(anchor_logits, n, b)
+        move_lists, prepared = self.roots.prepare(games, b)
         state, legal, done = self._replay(move_lists)
         finished = np.flatnonzero(np.asarray(done)[:n])
         if len(finished):
             raise ValueError(f"games {finished.tolist()} are already over: nothing to search")
+        root_out, context = self.roots.evaluate(prepared, state, legal)
 
         root_time = np.asarray(root_out.time, np.float64)
         think = np.clip(denormalize_think_time(root_time), 0.0, cfg.max_think_time)
@@ -625,7 +224,7 @@ class Searcher:
         sims[n:] = 0
         argmax_rows = decision.argmax_rows(cfg, games, b)
         res, ran = self._decide(
-            cache,
+            context,
             state,
             legal,
             root_out,
@@ -656,7 +255,7 @@ class Searcher:
 
     def _decide(
         self,
-        cache: KVCache,
+        context: Any,
         state,
         legal,
         root_out,
@@ -674,25 +273,28 @@ class Searcher:
         Returns the results (numpy) and the simulations each row ran.
         """
         cfg = self.config
+        leaves = self.roots.leaves
         b = len(budgets)
         nodes = self._tree_size(int(budgets.max()))
         if nodes == 1:
-            res = _decide_unsearched(
+            res = steps.decide_unsearched(
                 state, legal, root_out, jnp.asarray(argmax_rows), key, anchor, config=cfg
             )
             return jax.device_get(res), np.zeros(b, np.int32)
         budgets = np.minimum(budgets, nodes - 1).astype(np.int32)
         c_puct = budget_lib.scaled_c_puct(cfg, budgets)
-        buckets = row_buckets(b, cfg.mode)
+        buckets = tuple(x * cfg.leaf_batch for x in row_buckets(b, cfg.mode))  # B·K leaf rows
         order = np.argsort(-budgets, kind="stable").astype(np.int32)
-        params = tree_search.SearchParams(cfg.c_base, cfg.fpu_mode, float(cfg.fpu), cfg.max_path)
+        params = tree_search.SearchParams(
+            cfg.c_base, cfg.fpu_mode, float(cfg.fpu), cfg.max_path, cfg.leaf_batch
+        )
         gp = gumbel_params(cfg)
-        table = _halving_table(cfg) if gp is not None else None
+        table = halving_table(cfg) if gp is not None else None
         if deadline is None and should_stop is None:
-            res = _search(
+            res = steps.search(
                 self.graphdef,
                 self.params,
-                cache,
+                context,
                 state,
                 root_out,
                 jnp.asarray(budgets),
@@ -702,6 +304,7 @@ class Searcher:
                 jnp.asarray(order),
                 anchor,
                 table,
+                leaves=leaves,
                 num_nodes=nodes,
                 config=cfg,
                 tree_params=params,
@@ -709,9 +312,10 @@ class Searcher:
             )
             return jax.device_get(res), budgets
         sorted_rows = len(buckets) > 1
-        tree, budgets_s, c_puct_s = _search_start(
+        tree, budgets_s, c_puct_s = steps.search_start(
             self.graphdef,
             self.params,
+            context,
             state,
             root_out,
             jnp.asarray(budgets),
@@ -719,13 +323,14 @@ class Searcher:
             jnp.asarray(order),
             key,
             table,
+            leaves=leaves,
             num_nodes=nodes,
             sorted_rows=sorted_rows,
             gumbel_params=gp,
         )
         tree_ref = [tree]
         ran = self._run_chunks(
-            cache,
+            context,
             jnp.asarray(order),
             tree_ref,
             budgets_s,
@@ -738,7 +343,7 @@ class Searcher:
             progress,
         )
         ran_s = jnp.minimum(budgets_s, ran)
-        res = _search_finish(
+        res = steps.search_finish(
             tree_ref[0],
             ran_s,
             c_puct_s,
@@ -754,7 +359,7 @@ class Searcher:
 
     def _run_chunks(
         self,
-        cache,
+        context,
         order,
         tree_ref,
         budgets_s,
@@ -772,7 +377,8 @@ class Searcher:
         ``tree_ref[0]`` holds the tree (each chunk consumes its input); returns how many
         simulation steps ran.
         """
-        done, chunk = 0, 1
+        k = params.leaf_batch  # chunks end on whole steps of K leaves (the unchunked tree)
+        done, chunk = 0, k
         while done < total:
             now = time.monotonic()
             if should_stop is not None and should_stop():
@@ -781,15 +387,16 @@ class Searcher:
                 break
             n = min(chunk, total - done)
             t0 = time.monotonic()
-            tree = _search_chunk(
+            tree = steps.search_chunk(
                 self.graphdef,
                 self.params,
-                cache,
+                context,
                 order,
                 tree_ref[0],
                 budgets_s,
                 jnp.int32(done),
                 jnp.int32(done + n),
+                leaves=self.roots.leaves,
                 num_nodes=nodes,
                 tree_params=params,
                 row_buckets=buckets,
@@ -803,10 +410,10 @@ class Searcher:
                 best[np.asarray(order)] = visits.argmax(-1)
                 progress(done, [vocab.decode_move(int(m)) for m in best])
             rate = n / max(time.monotonic() - t0, 1e-4)  # simulation steps per second
-            chunk = max(1, int(rate * CHUNK_S))
+            chunk = max(k, int(rate * CHUNK_S) // k * k)
             if deadline is not None:
                 left = deadline - time.monotonic()
-                chunk = min(chunk, int(rate * left * 0.8))
+                chunk = min(chunk, int(rate * left * 0.8) // k * k)
                 if chunk < 1:
                     break
         return done
@@ -815,67 +422,34 @@ class Searcher:
     def warmup(self, batch_size: int = 1, *, chunked: bool = True) -> int:
         """Compile every shape a batch of ``batch_size`` games can meet; returns calls made.
 
-        Meant for ``fixed_shapes`` (the set is then closed): for each cache width up to the
-        model's context, the prefill (8 new tokens and a cold full width), the replay, the
+        Meant for ``fixed_shapes`` (the set is then closed): for each root shape the family's
+        roots meet (``Roots.warm``: the decoder's cache widths and prefills), the replay, the
         budget-0 decision, and, for searching presets, the search (chunked pieces when
-        ``chunked``, else the one-call ``_search``). Runs on synthetic inputs; nothing is cached
-        for any game afterwards.
+        ``chunked``, else the one-call ``steps.search``). Runs on synthetic inputs; nothing is
+        kept for any game afterwards.
         """
         cfg = self.config
         b = _next_pow2(batch_size)
-        widths = [w for w in self._widths() if w <= self.model.config.max_len]
-        before = self.stats.copy()
         key = decision.as_jax_key(0)
         argmax = np.zeros(b, bool)
         calls = 0
         searching = budget_lib.simulation_budgets(cfg, np.full(1, cfg.max_think_time))[0] > 0
-        for w in widths:
-            rows = [np.zeros(w, np.int32)] * b
-            keys = [("__warmup__", i) for i in range(b)]
-            self._prefill(keys, rows)  # cold: the whole width
-            root_out, cache = self._prefill(keys, rows)  # warm: ≤ 8 new tokens
-            if w < widths[-1]:  # a game growing into the next width copies its cached row
-                self._prefill([("__warmup__", -1)], [np.zeros(w, np.int32)])
-                self._prefill([("__warmup__", -1)], [np.zeros(w + 1, np.int32)])
-            zeros = jnp.zeros((b, w), jnp.int32)  # every row at the start: a legal position
+
+        def replay(width: int):
+            zeros = jnp.zeros((b, width), jnp.int32)  # every row at the start: a legal position
             state, legal, _ = _replay(zeros, jnp.zeros((b,), jnp.int32), cfg.rules)
+            return state, legal
+
+        first = True
+        for _, state, legal, root_out, context in self.roots.warm(b, replay):
             calls += 3
-            if w == widths[0]:
-                self._decide(cache, state, legal, root_out, np.zeros(b, np.int32), argmax, key)
+            if first:
+                self._decide(context, state, legal, root_out, np.zeros(b, np.int32), argmax, key)
                 calls += 1
+                first = False
             if searching:
                 sims = np.ones(b, np.int32)
                 stop = (lambda: False) if chunked else None
-                self._decide(cache, state, legal, root_out, sims, argmax, key, should_stop=stop)
+                self._decide(context, state, legal, root_out, sims, argmax, key, should_stop=stop)
                 calls += 1
-        for k in [k for k in self._rows if isinstance(k, tuple) and k[:1] == ("__warmup__",)]:
-            del self._rows[k]
-        self.stats = before
         return calls
-
-
-def _anchor_rows(anchor_logits: Any, n: int, b: int) -> jax.Array | None:
-    """The caller's anchor as float32 [b, 1968] (padding rows uniform), checked."""
-    if anchor_logits is None:
-        return None
-    anchor = np.asarray(anchor_logits, np.float32)
-    if anchor.ndim != 2 or anchor.shape[0] != n or anchor.shape[1] < vocab.NUM_MOVES:
-        raise ValueError(
-            f"anchor_logits has shape {anchor.shape}: expected ({n}, {vocab.NUM_MOVES}), "
-            "one row of move logits per game"
-        )
-    anchor = anchor[:, : vocab.NUM_MOVES]
-    if np.isnan(anchor).any() or np.isposinf(anchor).any():
-        raise ValueError("anchor_logits holds NaN or +inf: expected finite logits (or -inf)")
-    anchor = np.where(np.isneginf(anchor), selection.ILLEGAL_LOGIT, anchor)
-    return jnp.asarray(np.concatenate([anchor, np.zeros((b - n, anchor.shape[1]), np.float32)]))
-
-
-@functools.lru_cache(maxsize=4)
-def _halving_table_for(max_considered: int, max_sims: int) -> jax.Array:
-    return jnp.asarray(gumbel.considered_visits_table(max_considered, max_sims))
-
-
-def _halving_table(config: SearchConfig) -> jax.Array:
-    """Sequential halving's rows for every budget up to ``max_sims`` (built once per shape)."""
-    return _halving_table_for(config.gumbel_considered, config.max_sims)

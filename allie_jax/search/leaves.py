@@ -1,0 +1,151 @@
+"""What the one search needs from a model family: its roots and its leaf evaluation inside jit.
+
+``Searcher`` (search/searcher.py) runs every family the same way: per-game budgets, chunks, the
+deadline, fixed shapes, warm-up, the final policy and the move rule. What differs is how a root
+is evaluated and how a new node is, so a family hands the Searcher two objects:
+
+- ``Roots`` (host side): the move-id lists the Searcher replays inside jit (``chess_jax``), then
+  the root outputs and the per-game ``context`` the leaves need (the decoder: its KV cache of the
+  game prefix; the board model: the game's Elos; Maia: the root's 8-board history).
+- ``Leaves`` (static, hashable; called inside jit): the root's ``NodeEval``, the
+  ``tree_search.ExpandFn`` that evaluates a batch of new nodes (one rules step and one model call
+  for the whole batch), and how the context's rows follow a reordering of the batch.
+
+Values in a ``NodeEval`` are from the view of the side to move at the node; ``node_eval`` turns a
+family's raw outputs into one (legal-masked logits, exact values at terminal nodes).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from allie_jax import chess_jax, vocab
+from allie_jax.game import Game
+from allie_jax.search.selection import mask_logits
+from allie_jax.search.tree_search import ExpandFn, NodeEval
+
+# log-prob given to the vocabulary's non-move tokens by a family whose model predicts moves only
+# (time controls, termination): such a family never resigns by the termination-token rule
+NO_TOKEN = -1e9
+
+
+class RootOutputs(NamedTuple):
+    """A family's outputs at the roots: the decoder's ``ModelOutputs`` at the last token has them.
+
+    ``policy_logits`` [B, ≥ 1993] (move ids first, then the special tokens), ``time`` [B]
+    (normalised think time; a family without a time head gives ``normalize_think_time(0)``),
+    ``value`` [B] (White's view).
+    """
+
+    policy_logits: jax.Array
+    time: jax.Array
+    value: jax.Array
+
+
+def mover_value(value_white: jax.Array, white_to_move: jax.Array) -> jax.Array:
+    return jnp.where(white_to_move, value_white, -value_white)
+
+
+def node_eval(
+    state: chess_jax.ChessState,
+    policy_logits: jax.Array,
+    value_mover: jax.Array,
+    payload: Any,
+    legal: jax.Array | None = None,
+) -> NodeEval:
+    """A NodeEval at ``state``: logits masked to the legal moves, the mover's value, and the
+    exact value (mate −1, draws 0) where the rules end the game there (never expanded)."""
+    if legal is None:
+        legal = chess_jax.legal_mask(state)
+    done, result_white = chess_jax.outcome(state, legal)
+    exact = mover_value(result_white, chess_jax.white_to_move(state))
+    value = jnp.where(done, exact, value_mover)
+    logits = mask_logits(policy_logits[:, : vocab.NUM_MOVES].astype(jnp.float32), legal)
+    return NodeEval(logits, value.astype(jnp.float32), done, payload)
+
+
+def take_rows(tree: Any, order: jax.Array, sorted_rows: bool, axis: int = 0) -> Any:
+    """Every leaf of ``tree`` with its rows (``axis``) in ``order`` (a no-op unless sorted)."""
+    if not sorted_rows:
+        return tree
+    return jax.tree.map(lambda x: jnp.take(x, order, axis=axis), tree)
+
+
+def shrink_and_pad(size: int, batch: int, fn, *args) -> NodeEval:
+    """``fn`` on the first ``size`` rows of ``args`` (leaves [B, ...]), padded back to ``batch``.
+
+    The idle tail of a sorted, mixed-budget batch then costs nothing (its writes are dropped).
+    """
+    ev = fn(*jax.tree.map(lambda x: x[:size], args))
+    pad = batch - size
+    if not pad:
+        return ev
+    return jax.tree.map(lambda x: jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)), ev)
+
+
+def bucketed_expand(row_buckets: tuple[int, ...], batch: int, evaluate) -> ExpandFn:
+    """An ExpandFn for a family whose leaves need only the parent's payload and the action.
+
+    ``evaluate(parent_payload, action)`` runs on the smallest of ``row_buckets`` covering the
+    active rows (a ``lax.switch``); ``row_buckets`` descend from ``batch``.
+    """
+    buckets = tuple(row_buckets or (batch,))
+    if buckets[0] != batch or list(buckets) != sorted(buckets, reverse=True):
+        raise ValueError(f"row_buckets={buckets} must descend from the batch size {batch}")
+
+    def expand(payloads, parent, path_nodes, path_len, action, num_active=None):
+        del path_nodes, path_len
+        rows = jnp.arange(parent.shape[0])
+        node = jax.tree.map(lambda x: x[rows, parent], payloads)
+        branches = [functools.partial(shrink_and_pad, size, batch, evaluate) for size in buckets]
+        if len(branches) == 1:
+            return branches[0](node, action)
+        if num_active is None:
+            num_active = parent.shape[0]
+        bucket = jnp.sum(jnp.asarray(buckets) >= num_active) - 1
+        return jax.lax.switch(bucket, branches, node, action)
+
+    return expand
+
+
+class Leaves(Protocol):
+    """A family's evaluation inside the search's jit (static: hashable, compared by value)."""
+
+    def root_eval(self, model: Any, state: Any, root_out: Any, context: Any) -> NodeEval:
+        """The roots' NodeEval (its payload is what every node of this family carries)."""
+
+    def make_expand(self, model: Any, context: Any, row_buckets: tuple[int, ...]) -> ExpandFn:
+        """The ExpandFn of the batch (``context``'s rows in the tree's row order)."""
+
+    def sort_context(self, context: Any, order: jax.Array, sorted_rows: bool) -> Any:
+        """``context`` with its rows in ``order`` (when the batch is sorted by budget)."""
+
+
+class Roots(Protocol):
+    """A family's roots, host side (see the module docstring)."""
+
+    leaves: Leaves
+    stats: Any  # a Counter the Searcher adds ``simulations`` / ``positions`` to
+
+    def replay_widths(self) -> tuple[int, ...]:
+        """Widths the move lists are padded to for the in-jit replay (ascending)."""
+
+    def prepare(self, games: Sequence[Game], batch: int) -> tuple[list[np.ndarray], Any]:
+        """(move ids of each of ``batch`` rows (padding rows repeat row 0), host data)."""
+
+    def evaluate(self, prepared: Any, state: Any, legal: Any) -> tuple[Any, Any]:
+        """(root outputs [batch], context) for the replayed roots."""
+
+    def warm(self, batch: int, replay: Any) -> Iterator[tuple[int, Any, Any, Any, Any]]:
+        """Every root shape a batch can meet: (replay width, state, legal, root outputs, context)
+        on synthetic inputs; ``replay(width)`` gives the start position's (state, legal) at that
+        width (the Searcher then compiles its decision for each)."""
+
+    def forget(self) -> None:
+        """Drop whatever is kept between calls (the decoder's per-game cache)."""
