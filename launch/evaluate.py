@@ -7,9 +7,11 @@ writes per-position records (OUTDIR/records, Parquet; docs/records.md), then OUT
 OUTDIR/report.md and PNG plots computed from them. ``--checkpoint`` is a checkpoint directory or a
 training workdir (its best checkpoint, else the latest).
 
-At scale: ``--num_shards N --shard_index K`` runs one shard (a job array runs them all; under
-``--distributed`` each jax process takes its own); a killed run restarted with the same flags
-skips its committed chunks. The report of a finished job, or of a slice of it:
+At scale: ``--num_shards N --shard_index K`` runs one shard; in a SLURM array or a Kubernetes
+Indexed Job the index comes from ``SLURM_ARRAY_TASK_ID`` / ``JOB_COMPLETION_INDEX``, under
+``--distributed`` from the jax process (docs/cluster/); a killed run restarted with the same flags
+skips its committed chunks. The report of a finished job (its records directory, or a parent of
+per-task output folders), or of a slice of it:
 
     python -m launch.evaluate --report_only OUTDIR/records --output OUT2 [--filter "white_elo >= 2000"]
 """
@@ -102,6 +104,18 @@ _COMPILE_CACHE = flags.DEFINE_string(
 _REPORT_ONLY = flags.DEFINE_string(
     "report_only", None, "Build the report from this records directory (no model is run)."
 )
+_BASELINE = flags.DEFINE_string(
+    "baseline",
+    None,
+    "Also pair every system with this one on the same positions (each search system is always "
+    "paired with its own base: search -> policy, maia+search -> maia, board+search -> board).",
+)
+_CLUSTER = flags.DEFINE_enum(
+    "cluster",
+    "game",
+    ["game", "player"],
+    "The report's bootstrap unit: positions of one game (or of one player) move together.",
+)
 _FILTER = flags.DEFINE_string(
     "filter",
     None,
@@ -135,8 +149,8 @@ def main(argv):
         sys.exit(1)
     if report is None:
         print(
-            "shard done; the report is written once every shard is: run the others, then "
-            f"python -m launch.evaluate --report_only {_records_dir()} --output OUT"
+            "shard done; the report is built by the task that completes the job (or run "
+            f"python -m launch.evaluate --report_only {_records_dir()} --output OUT)"
         )
         return
     acc = report["move_accuracy"]
@@ -164,7 +178,12 @@ def _run() -> dict | None:
         raise ValueError("--output is required")
     if _REPORT_ONLY.value:
         return report_from_records(
-            _REPORT_ONLY.value, _OUTPUT.value, filter=_FILTER.value, plots=_PLOTS.value
+            _REPORT_ONLY.value,
+            _OUTPUT.value,
+            filter=_FILTER.value,
+            plots=_PLOTS.value,
+            cluster=_CLUSTER.value,
+            baseline=_BASELINE.value,
         )
     if _FILTER.value:
         raise ValueError("--filter applies to --report_only (records are always complete)")
@@ -212,6 +231,8 @@ def _run() -> dict | None:
         records_dir=_RECORDS.value,
         seed=_SEED.value,
         plots=_PLOTS.value,
+        baseline=_BASELINE.value,
+        cluster=_CLUSTER.value,
     )
     return evaluate(_CHECKPOINT.value, _GAMES.value, _OUTPUT.value, config)
 

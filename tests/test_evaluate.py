@@ -22,6 +22,7 @@ from allie_jax.eval.positions import game_positions
 from allie_jax.eval.scoring import CausalScorer, PositionOutputs, score_per_prefix
 from allie_jax.eval.summarize import Columns
 from allie_jax.eval.systems import Scores
+from allie_jax.eval.tally import Tally
 from allie_jax.game import Game, encode_game
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.pgn import open_text, read_games
@@ -115,6 +116,17 @@ def _result(pred, resign, value, time_s=None, top_legal=None, invalid=None) -> S
     return sc
 
 
+def _report(games, results) -> dict:
+    """The report of crafted games and policy scores, through the records and the tally."""
+    table = _columns(games, results).table
+    spec = summarize.Spec(["policy"], min_ply=10, min_clock=30.0)
+    tally = Tally()
+    summarize.reduce_human(tally, table, spec)
+    job = {"config": {"seed": 0, "min_ply": 10, "min_clock": 30.0}, "systems": ["policy"],
+           "checkpoint": None, "games_file": None}  # fmt: skip
+    return summarize.report_from_tally(tally, [{"job": job, "chunks": []}], spec)
+
+
 def _columns(games, results) -> Columns:
     """The records of crafted games and policy scores, read back as the report reads them."""
     for i, g in enumerate(games):
@@ -150,7 +162,7 @@ def test_resign_block_crafted():
         _result([0, 0, 0], [False, False, False], [0, 0, 0]),  # 3 negatives
         _result([0, 0, 0], [False, False, True], [0, 0, 0]),  # final board: counted nowhere
     ]
-    out = summarize.resign_block(_columns(games, results))
+    out = _report(games, results)["resign"]
     assert out["tpr"]["value"] == 1.0 and out["tpr"]["n"] == 1
     # negatives: plies 0, 1 of each game (6) + the drawn game's final board = 7, one positive
     assert out["fpr"]["n"] == 7 and out["fpr"]["successes"] == 1
@@ -164,34 +176,22 @@ def test_value_think_time_legal_blocks_crafted():
                  top_legal=[1, 0, 1], invalid=[0.1, 0.3, 0.0])  # fmt: skip
     r2 = _result([0, 0, 0], [0, 0, 0], [-0.2, -0.6, -0.5], time_s=[4.0, 0.0, 0.0],
                  top_legal=[1, 1, 1], invalid=[0.2, 0.0, 0.0])  # fmt: skip
-    c = _columns([g1, g2], [r1, r2])
-    value = summarize.value_block(c)
+    report = _report([g1, g2], [r1, r2])
+    value = report["value"]
     # deciles of plies 0, 1, 2 in 2-move games: 0, 5, 9 (the final board is the last decile)
     groups = {row["group"]: row for row in value["by_progress"]}
     assert groups[0]["r"] == pytest.approx(1.0) and groups[0]["n"] == 2
     assert groups[3]["n"] == 0 and math.isnan(groups[3]["r"])
     assert value["positions"] == 6
-    tt = summarize.think_time_block(c)
+    tt = report["think_time"]
     # labelled: (pred 2, human 1), (9, 70 -> clipped 60), (4, 3); unlabelled −1 dropped
     assert tt["positions"] == 3
     x, y = np.array([2.0, 9.0, 4.0]), np.array([1.0, 60.0, 3.0])
     assert tt["pearson_r"]["r"] == pytest.approx(np.corrcoef(x, y)[0, 1])
-    legal = summarize.legal_block(c, seed=0)  # the final boards are not scored
+    legal = report["legal"]["human"]  # the final boards are not scored
     assert legal["all"]["top_legal"]["successes"] == 3 and legal["all"]["top_legal"]["n"] == 4
     assert legal["all"]["invalid_mass"]["value"] == pytest.approx(0.15)
     assert legal["check"]["top_legal"]["n"] == 0
-
-
-def test_accuracy_block_crafted():
-    correct = np.array([1, 0, 1, 1, 0], bool)
-    elo = np.array([1510, 1590, 1600, np.nan, 2000])
-    special = {k: np.zeros(5, bool) for k in ("castling", "en_passant", "promotion", "threefold")}
-    special["castling"][[0, 1]] = True
-    out = summarize.accuracy_block(correct, elo, special)
-    assert out["positions"] == 5 and out["overall"]["value"] == 0.6
-    assert out["by_elo"]["1500"]["value"] == 0.5 and out["by_elo"]["1600"]["n"] == 1
-    assert "nan" not in "".join(out["by_elo"])  # unknown Elo only counts overall
-    assert out["special"]["castling"]["value"] == 0.5 and out["special"]["promotion"]["n"] == 0
 
 
 # ------------------------------------------------------------------ model-backed checks
@@ -323,7 +323,7 @@ def test_search_positions_all_with_the_real_searcher(tiny_model, sample_pgn, tmp
     report = ev.evaluate(tiny_model, sample_pgn, tmp_path, cfg)
     acc = report["move_accuracy"]
     assert acc["adaptive"]["positions"] == acc["policy"]["positions"] > 16
-    assert acc["adaptive"]["mean_sims"] > 0 and "minus_policy" in acc["adaptive"]
+    assert acc["adaptive"]["mean_sims"] > 0 and "policy" in acc["adaptive"]["paired"]
     t = records.load_records(tmp_path).human
     rows = [r for r in t.to_pylist() if r["adaptive.scored"]][:3]
     games = {

@@ -28,6 +28,8 @@ from allie_jax.baselines.maia import MaiaSet, load_maia
 from allie_jax.eval.systems import TOP_K, Positions, Scores, SystemContext
 
 DEFAULT_RATING = 1500  # Maia* for a player without a rating
+# system-name suffix -> MaiaSearchConfig mode; the other search modes of ``SearchConfig`` are
+# valid names (``allie_jax.eval.systems.check_names``) that this factory refuses with the reason
 SEARCH_SUFFIXES = {"search": "pibar", "gumbel": "gumbel", "visits": "visits"}
 
 
@@ -43,7 +45,8 @@ def parse_name(name: str) -> tuple[int | None, str | None]:
         rating = int(base[5:])
     if suffix and suffix not in SEARCH_SUFFIXES:
         raise ValueError(
-            f"system {name!r}: unknown suffix +{suffix} (known: {sorted(SEARCH_SUFFIXES)})"
+            f"system {name!r}: unknown suffix +{suffix} for Maia (it has no think-time head for "
+            f"an adaptive budget); use one of {sorted(SEARCH_SUFFIXES)}"
         )
     return rating, (SEARCH_SUFFIXES[suffix] if suffix else None)
 
@@ -188,17 +191,26 @@ class MaiaSearchSystem:
         for p in range(len(positions)):
             if positions.legal_ids(p).size:
                 by_net.setdefault(self.choice(positions, p), []).append(p)
-        key = jax.random.fold_in(jax.random.key(self.seed + 7), positions.seed)
+        from allie_jax.eval.systems import game_batches, position_key
+
+        base = jax.random.key(self.seed + 7)
+        sampling = self.config.mode == "gumbel"
         for rating, rows in sorted(by_net.items()):
-            for start in range(0, len(rows), self.batch_size):
-                chunk = rows[start : start + self.batch_size]
+            sub = Positions(
+                positions.games, positions.gps, positions.game[rows], positions.ply[rows]
+            )
+            for batch in game_batches(sub, self.batch_size, per_game=sampling):
+                chunk = [rows[j] for j in batch]
+                first = chunk[0]
+                game_id = positions.games[int(positions.game[first])].game_id
+                key = jax.random.fold_in(
+                    base, position_key(self.seed + rating, game_id, int(positions.ply[first]))
+                )
                 games = [
                     positions.games[int(positions.game[p])].moves[: int(positions.ply[p])]
                     for p in chunk
                 ]
-                res = self._searcher(rating).run(
-                    games, jax.random.fold_in(key, rating * 100_003 + start)
-                )
+                res = self._searcher(rating).run(games, key)
                 for j, p in enumerate(chunk):
                     legal = positions.legal_ids(p)
                     out.set_from_distribution(
@@ -242,7 +254,10 @@ def make_maia(name: str, ctx: SystemContext):
     top_k = ctx.get("top_k", TOP_K)
     if mode is None:
         return MaiaSystem(name, maia, rating, top_k=top_k)
-    lam = _option(ctx.options, "pikl_lambda", float, ctx.get("pikl_lambda", None))
+    # piKL's λ: pikl_lambda, or the SearchConfig spelling anchor_lambda / lambda
+    lam = ctx.get("pikl_lambda", None)
+    for key in ("lambda", "anchor_lambda", "pikl_lambda"):
+        lam = _option(ctx.options, key, float, lam)
     config = MaiaSearchConfig(
         mode=mode,
         num_simulations=_option(ctx.options, "maia_sims", int, 32),

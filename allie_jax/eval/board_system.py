@@ -5,8 +5,9 @@ workdir); without it, the main ``--checkpoint`` model is used if it is a board m
 
 - ``board``: the final (refined) move distribution at every position, one batched forward per
   chunk of positions (each game replayed once with python-chess).
-- ``board+search``: ``engine.board.BoardSearcher`` (plain-Python MCTS with the board model's
-  value and policy) on the evaluator's search subsample, ``SearchConfig.preset("search")``.
+- ``board+MODE`` (``board+search``, ``board+gumbel``, ...): ``engine.board.BoardSearcher`` with
+  the board model's value and policy on the evaluator's search subsample,
+  ``SearchConfig.preset(MODE)`` with any ``--system_options`` SearchConfig field applied.
 
 The board model has no think-time head (``think_time`` stays NaN) and never resigns.
 """
@@ -19,7 +20,15 @@ from typing import Any
 import numpy as np
 
 from allie_jax.data import board_features
-from allie_jax.eval.systems import TOP_K, Positions, Scores, SystemContext
+from allie_jax.eval.systems import (
+    TOP_K,
+    Positions,
+    Scores,
+    SystemContext,
+    position_key,
+    search_config,
+    search_suffixes,
+)
 
 CHUNK = 256  # positions per forward
 
@@ -99,13 +108,19 @@ class BoardSearchSystem:
     subsample = True
 
     def __init__(
-        self, model: Any, *, name: str = "board+search", seed: int = 0, top_k: int = TOP_K
+        self,
+        model: Any,
+        *,
+        name: str = "board+search",
+        seed: int = 0,
+        top_k: int = TOP_K,
+        config: Any = None,
     ):
         from allie_jax.engine.board import BoardSearcher
         from allie_jax.search.config import SearchConfig
 
         self.name = name
-        self.config = SearchConfig.preset("search")
+        self.config = config if config is not None else SearchConfig.preset("search")
         self.searcher = BoardSearcher(model, self.config)
         self.seed = seed
         self.top_k = top_k
@@ -118,7 +133,9 @@ class BoardSearchSystem:
         for p in range(len(positions)):
             if int(positions.ply[p]) >= len(positions.games[int(positions.game[p])].moves):
                 continue  # a final board has nothing to search
-            res = self.searcher.run([positions.prefix(p)], self.seed * 1_000_003 + p)
+            game_id = positions.games[int(positions.game[p])].game_id
+            key = position_key(self.seed, game_id, int(positions.ply[p]))  # not the row index
+            res = self.searcher.run([positions.prefix(p)], key)
             legal = positions.legal_ids(p)
             out.set_from_distribution(p, res.policy[0], legal, int(human[p]), all_tokens=False)
             out.value[p] = res.value_white[0]
@@ -148,8 +165,13 @@ def make_board(name: str, ctx: SystemContext):
     model = _load(ctx)
     if name == "board":
         return BoardSystem(model, name=name, top_k=ctx.get("top_k", TOP_K))
-    if name == "board+search":
+    _, plus, mode = name.partition("+")
+    if plus and mode in search_suffixes() and mode != "visits":
         return BoardSearchSystem(
-            model, name=name, seed=ctx.get("seed", 0), top_k=ctx.get("top_k", TOP_K)
+            model,
+            name=name,
+            seed=ctx.get("seed", 0),
+            top_k=ctx.get("top_k", TOP_K),
+            config=search_config(mode, ctx.options),
         )
-    raise ValueError(f"unknown board system {name!r}: expected board or board+search")
+    raise ValueError(f"unknown board system {name!r}: expected board or board+MODE")

@@ -27,6 +27,7 @@ come from the true-Elo causal pass (``policy``, always scored).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import logging
@@ -58,7 +59,7 @@ from allie_jax.pgn import ParseStats
 SYSTEMS = ("policy", "greedy", "search", "adaptive")
 THINK_TIME_EDGES = (0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 45, 60)
 # Settings that do not change a single record byte (so a restart may change them).
-_RUN_ONLY = ("progress", "plots", "shard_index", "records_dir")
+_RUN_ONLY = ("progress", "plots", "shard_index", "records_dir", "baseline", "cluster")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,11 +87,18 @@ class EvalConfig:
     seed: int = 0
     progress: bool = True
     plots: bool = True
+    baseline: str | None = None  # compare every system with this one too (paired, same positions)
+    cluster: str = "game"  # the report's bootstrap unit: "game" or "player"
 
     def __post_init__(self) -> None:
+        from allie_jax.eval.summarize import CLUSTERS
         from allie_jax.eval.systems import check_names
 
         check_names(self.systems)
+        if self.baseline is not None:
+            check_names([self.baseline])
+        if self.cluster not in CLUSTERS:
+            raise ValueError(f"cluster={self.cluster!r}: expected one of {list(CLUSTERS)}")
         for name in ("max_games", "batch_size", "search_batch_size", "chunk_games", "top_k"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
@@ -102,8 +110,8 @@ class EvalConfig:
             raise ValueError(f"search_positions={sp!r} must be a non-negative count or 'all'")
         if bool(self.calibration_pgn) != bool(self.calibration_systems):
             raise ValueError("calibration needs both calibration_pgn and calibration_systems")
-        if self.num_shards is not None:
-            stream.resolve_shard(self.num_shards, self.shard_index)
+        if self.shard_index is not None and self.num_shards is None:
+            raise ValueError("--shard_index needs --num_shards")
 
     @property
     def search_count(self) -> int | None:
@@ -257,14 +265,73 @@ def score_chunk(
 # The job
 
 
-def _job_settings(cfg: EvalConfig, checkpoint_name, games_file, model, systems, num_shards):
+def file_digest(path) -> str:
+    """sha256 of a file's bytes (any ``epath``), read in 8 MiB pieces."""
+    h = hashlib.sha256()
+    with epath.Path(path).open("rb") as f:
+        while piece := f.read(8 << 20):
+            h.update(piece)
+    return "sha256:" + h.hexdigest()
+
+
+def path_digest(path) -> str:
+    """A file's digest, or a directory's: its files' relative names and digests, sorted."""
+    p = epath.Path(path)
+    if not p.is_dir():
+        return file_digest(p)
+    h = hashlib.sha256()
+    for f in sorted(q for q in p.rglob("*") if q.is_file()):
+        h.update(f"{f.relative_to(p)}\0{file_digest(f)}\n".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def model_digest(model) -> str | None:
+    """sha256 of the model's parameters (names, shapes, dtypes, bytes): the checkpoint's identity
+    wherever it was staged, and whatever checkpoint layout held it."""
+    if model is None:
+        return None
+    from flax import nnx
+
+    h = hashlib.sha256()
+    state = nnx.state(model, nnx.Param)
+    for path, leaf in sorted(
+        ((jax_path_str(k), v) for k, v in nnx.to_flat_state(state)), key=lambda kv: kv[0]
+    ):
+        arr = np.asarray(getattr(leaf, "value", leaf))
+        h.update(f"{path}:{arr.dtype}:{arr.shape}\n".encode())
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return "sha256:" + h.hexdigest()
+
+
+def jax_path_str(key) -> str:
+    return "/".join(str(k) for k in key)
+
+
+def _option_identity(value: str) -> str:
+    """A --system_options value as the job's identity sees it: a path by its content."""
+    try:
+        if value and epath.Path(value).exists():
+            return path_digest(value)
+    except (OSError, ValueError):
+        pass
+    return value
+
+
+def _job_settings(cfg: EvalConfig, model, games_digest: str, systems, num_shards):
+    """What makes two runs (or two shards) one job: the settings and the *content* of the inputs
+    (the games' bytes, the model's parameters, files named in options), never their paths, so
+    shards staged at different paths merge."""
     config = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _RUN_ONLY}
     config["num_shards"] = num_shards
+    config["system_options"] = [[k, _option_identity(v)] for k, v in cfg.system_options]
+    for key in ("stockfish", "calibration_pgn"):
+        if config.get(key):
+            config[key] = file_digest(config[key])
     info = {s.name: {"subsample": bool(s.subsample), **dict(s.info)} for s in systems}
     return records._jsonable(
         {
-            "checkpoint": checkpoint_name,
-            "games_file": games_file,
+            "checkpoint": model_digest(model),
+            "games_file": games_digest,
             "config": config,
             "model": dataclasses.asdict(model.config) if hasattr(model, "config") else None,
             "systems": list(cfg.systems),
@@ -343,19 +410,37 @@ def _commit_extras(store: records.ShardStore, systems, model, cfg: EvalConfig) -
     return timings
 
 
+def with_bases(systems: Sequence[str], baseline: str | None, has_model: bool) -> list[str]:
+    """The systems to score: those asked, each search system's own base before it (``maia``
+    before ``maia+search``, ``board`` before ``board+search``: a comparison needs both on the
+    same positions), and the ``baseline``; the Allie policy always comes first when there is an
+    Allie model (legality, think time, value and resignation read it)."""
+    from allie_jax.eval.summarize import own_base
+
+    out: list[str] = ["policy"] if has_model else []
+    for name in [*systems, *([baseline] if baseline else [])]:
+        base = own_base(name)
+        if "+" in name and base not in out:
+            out.append(base)
+        if name not in out:
+            out.append(name)
+    return out
+
+
 def evaluate(
     checkpoint,
     games_path: str | pathlib.Path,
     output_dir: str | pathlib.Path | None = None,
     config: EvalConfig = EvalConfig(),
 ) -> dict | None:
-    """Run this process's shard of the evaluation job, then, once every shard is complete, build
-    the report from the records (and write report.json, report.md and plots to ``output_dir``).
+    """Run this process's shard of the evaluation job, then, if every shard is complete and no
+    other task is building it, the report from the records (report.json, report.md and plots in
+    ``output_dir``, written atomically under a lock).
 
     ``checkpoint`` is a checkpoint directory, a training workdir (``load_model`` picks its best,
     else latest, checkpoint), an already built ``AllieModel``, or None for systems that need no
     Allie model. Returns the report, or None while other shards are missing (run them, or
-    ``--report_only`` later).
+    ``--report_only`` later) or when another task builds it.
     """
     cfg = config
     t0 = time.perf_counter()
@@ -367,11 +452,10 @@ def evaluate(
         max_len = min(int(model.config.max_len), vocab.MAX_SEQ_LEN)
 
     ctx = SystemContext(model=model, config=cfg, options=dict(cfg.system_options))
-    names = [s for s in cfg.systems if s != "policy"]
-    if model is not None:  # the Allie policy is always scored: legality, think time, value...
-        names = ["policy", *names]
-    elif "policy" in cfg.systems:
+    if model is None and "policy" in cfg.systems:
         raise ValueError("system 'policy' needs an Allie checkpoint (--checkpoint)")
+    names = with_bases(cfg.systems, cfg.baseline, model is not None)
+    cfg = dataclasses.replace(cfg, systems=tuple(names))
     systems = make_systems(names, ctx)
     if cfg.stockfish:
         from allie_jax.eval.systems import StockfishSystem
@@ -388,47 +472,71 @@ def evaluate(
     t = time.perf_counter()
     plan = plan_subsamples(systems, games_path, cfg, max_len)
     timings = {"selection_s": time.perf_counter() - t}
+    games_digest = file_digest(games_path) if games_file != "-" else "-"
+    timings["digest_s"] = time.perf_counter() - t - timings["selection_s"]
 
-    job = _job_settings(cfg, checkpoint_name, games_file, model, systems, num_shards)
+    job = _job_settings(cfg, model, games_digest, systems, num_shards)
     root = _records_root(cfg, output_dir)
     store = records.ShardStore(root, shard_index, num_shards, job)
     done = store.open()
-    per_shard = -(-cfg.max_games // num_shards)
-    with _progress(per_shard, f"shard {shard_index}/{num_shards}", cfg.progress) as bar:
-        for index, chunk in stream.chunks(games, num_shards, shard_index, cfg.chunk_games):
-            span = {"first_game": chunk[0].game_id, "last_game": chunk[-1].game_id}
-            if index < done:  # committed by an earlier run: the same games, or the input changed
-                store.check_chunk(index, span)
-            else:
-                table, info = score_chunk(
-                    chunk, systems, plan, chunk_index=index, top_k=cfg.top_k,
-                    progress=cfg.progress,
-                )  # fmt: skip
-                store.commit_chunk(index, table, {**span, **info, "rss_mib": _rss_mib()})
-                rate = table.num_rows / max(sum(info["timings_s"].values()), 1e-9)
-                logging.info("chunk %d: %d games, %.0f positions/s", index, len(chunk), rate)
-            bar.update(len(chunk))
-    if shard_index == 0:
-        timings.update(_commit_extras(store, systems, model, cfg))
-    store.finish(
-        {
-            "parse": {"games_read": stats.games_read, "dropped": dict(stats.dropped)},
-            "timings_s": timings,
-            # the process's peak so far: the scoring's, bounded by one chunk (not by the input)
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-        }
-    )
+    try:
+        store.manifest["paths"] = {"checkpoint": checkpoint_name, "games_file": games_file}
+        per_shard = -(-cfg.max_games // num_shards)
+        with _progress(per_shard, f"shard {shard_index}/{num_shards}", cfg.progress) as bar:
+            for index, chunk in stream.chunks(games, num_shards, shard_index, cfg.chunk_games):
+                span = {"first_game": chunk[0].game_id, "last_game": chunk[-1].game_id}
+                if index < done:  # committed by an earlier run: the same games, or input changed
+                    store.check_chunk(index, span)
+                else:
+                    table, info = score_chunk(
+                        chunk, systems, plan, chunk_index=index, top_k=cfg.top_k,
+                        progress=cfg.progress,
+                    )  # fmt: skip
+                    store.commit_chunk(index, table, {**span, **info, "rss_mib": _rss_mib()})
+                    rate = table.num_rows / max(sum(info["timings_s"].values()), 1e-9)
+                    logging.info("chunk %d: %d games, %.0f positions/s", index, len(chunk), rate)
+                bar.update(len(chunk))
+        if shard_index == 0:
+            timings.update(_commit_extras(store, systems, model, cfg))
+        store.finish(
+            {
+                "parse": {"games_read": stats.games_read, "dropped": dict(stats.dropped)},
+                "timings_s": timings,
+                # the process's peak so far: the scoring's, bounded by one chunk
+                "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+            }
+        )
+    finally:
+        store.close()
     logging.info("shard %d/%d done in %.1f s", shard_index, num_shards, time.perf_counter() - t0)
 
-    if num_shards > 1 and cfg.num_shards is None:  # jax.distributed: process 0 writes the report
+    distributed = (
+        num_shards > 1 and cfg.num_shards is None and stream.scheduler_shard() is None
+    )  # jax.distributed processes: process 0 builds the report once the others are done
+    if distributed:
         if shard_index != 0:
             return None
-        # wait on the manifests, not on a collective: shards may take very different times
-        while not records.shards_complete(root):
+        while not records.shards_complete(root):  # wait on the manifests, not a collective
             time.sleep(2.0)
     if not records.shards_complete(root):
         return None
-    return report_from_records(root, output_dir, plots=cfg.plots)
+    return build_once(root, output_dir, cfg)
+
+
+def build_once(root, output_dir, cfg: EvalConfig) -> dict | None:
+    """The report, built by whichever finished task takes the job's report lock first (the
+    others return None): one builder, and files that appear whole (written, then renamed)."""
+    lock_dir = epath.Path(output_dir) if output_dir is not None else epath.Path(root)
+    lock = records.Lock(lock_dir / ".report.lock", "report")
+    if not lock.acquire():
+        logging.info("the report is being built by %s", lock.holder())
+        return None
+    try:
+        return report_from_records(
+            root, output_dir, plots=cfg.plots, cluster=cfg.cluster, baseline=cfg.baseline
+        )
+    finally:
+        lock.release()
 
 
 def report_from_records(
@@ -437,20 +545,37 @@ def report_from_records(
     *,
     filter: str | None = None,
     plots: bool = True,
+    cluster: str = "game",
+    baseline: str | None = None,
+    num_resamples: int | None = None,
 ) -> dict:
-    """The report from a records directory alone (every shard complete); ``filter`` keeps the
-    matching rows (``records.parse_filter``). Writes report.json / report.md / plots when
-    ``output_dir`` is set."""
-    from allie_jax.eval.summarize import build_report
+    """The report from a records directory alone (every shard complete), or from a parent folder
+    of per-task records directories (merged), streamed chunk by chunk (``summarize.stream_report``);
+    ``filter`` keeps the matching rows (``records.parse_filter``), ``cluster`` is the bootstrap
+    unit, ``baseline`` a system every other is also paired with. Writes report.json / report.md /
+    plots when ``output_dir`` is set."""
+    from allie_jax.eval.summarize import stream_report
 
-    recs = records.load_records(records_dir, filter=filter, lean=True)
-    report = build_report(recs, filter=filter)
+    report = stream_report(
+        records_dir,
+        filter=filter,
+        cluster=cluster,
+        baseline=baseline,
+        num_resamples=num_resamples,
+    )
     if output_dir is not None:
         write_outputs(report, output_dir, plots=plots)
     return report
 
 
+def _replace_write(path: epath.Path, data: bytes) -> None:
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
 def write_outputs(report: dict, output_dir, *, plots: bool = True) -> None:
+    """report.json, report.md and the plots, each written whole (temporary name, then rename)."""
     from allie_jax.eval.report import to_markdown
 
     out = epath.Path(output_dir)
@@ -461,12 +586,11 @@ def write_outputs(report: dict, output_dir, *, plots: bool = True) -> None:
         with tempfile.TemporaryDirectory() as tmp:  # matplotlib writes local files
             names = write_plots(report, pathlib.Path(tmp))
             for name in names:
-                (out / name).write_bytes((pathlib.Path(tmp) / name).read_bytes())
+                _replace_write(out / name, (pathlib.Path(tmp) / name).read_bytes())
         report.setdefault("meta", {})["plots"] = names
-    (out / "report.json").write_text(
-        json.dumps(_jsonable(report), indent=2, allow_nan=False) + "\n"
-    )
-    (out / "report.md").write_text(to_markdown(report))
+    text = json.dumps(_jsonable(report), indent=2, allow_nan=False) + "\n"
+    _replace_write(out / "report.json", text.encode())
+    _replace_write(out / "report.md", to_markdown(report).encode())
 
 
 def _jsonable(x):

@@ -90,6 +90,8 @@ def base_columns(pos: Positions) -> dict[str, pa.Array]:
         "num_moves": pa.array(num_moves, pa.int32()),
         "white_elo": elo([x.white_elo for x in games]),
         "black_elo": elo([x.black_elo for x in games]),
+        "white": pa.array([x.white or None for x in games], pa.string()),
+        "black": pa.array([x.black or None for x in games], pa.string()),
         "time_control": pa.array([x.time_control for x in games], pa.string()),
         "clock_before": _nullable(clock, ~moving | np.isnan(clock), pa.float32()),
         "human_move": pa.array([_UCI[h] if h >= 0 else None for h in human], pa.string()),
@@ -174,6 +176,94 @@ def _atomic_write(path: epath.Path, data: bytes) -> None:
     tmp.replace(path)
 
 
+LOCK_STALE_S = 3600.0  # a lock from another host untouched this long is taken over
+
+
+class Lock:
+    """An exclusive lock file (``O_EXCL`` on a local path; write-then-read-back elsewhere, which
+    is best effort on an object store). Its holder's host and pid are inside; a lock whose
+    process is gone (same host) or untouched for ``LOCK_STALE_S`` (other host: the holder
+    refreshes it with ``touch``) is stale and taken over."""
+
+    def __init__(self, path: epath.Path, what: str):
+        self.path = epath.Path(path)
+        self.what = what
+        self.held = False
+
+    def _stale(self) -> bool:
+        import os
+        import socket
+        import time
+
+        try:
+            info = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return True  # unreadable (a crash mid-write): not a live holder
+        if info.get("host") == socket.gethostname():
+            try:
+                os.kill(int(info["pid"]), 0)
+            except ProcessLookupError:
+                return True
+            except (PermissionError, KeyError, ValueError):
+                return False
+            return False
+        return time.time() - float(info.get("time", 0)) > LOCK_STALE_S
+
+    def acquire(self, *, wait: bool = False) -> bool:
+        """Take the lock; False when someone else holds it (``wait``: poll until free)."""
+        import os
+        import socket
+        import time
+
+        text = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            if "://" not in str(self.path):
+                try:
+                    fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except FileExistsError:
+                    pass
+                else:
+                    with os.fdopen(fd, "w") as f:
+                        f.write(text)
+                    self.held = True
+                    return True
+            elif not self.path.exists():
+                self.path.write_text(text)
+                if self.path.read_text() == text:
+                    self.held = True
+                    return True
+            if self._stale():
+                self.path.unlink(missing_ok=True)
+                continue
+            if not wait:
+                return False
+            time.sleep(1.0)
+
+    def holder(self) -> str:
+        try:
+            info = json.loads(self.path.read_text())
+            return f"{info['host']} pid {info['pid']}"
+        except (OSError, ValueError, KeyError):
+            return "another process"
+
+    def touch(self) -> None:
+        import os
+        import socket
+        import time
+
+        if self.held:
+            text = json.dumps(
+                {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}
+            )
+            self.path.write_text(text)
+
+    def release(self) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+
 @dataclasses.dataclass
 class ShardStore:
     """A shard's records directory and its manifest (the only source of truth on restart)."""
@@ -197,7 +287,14 @@ class ShardStore:
         }
 
     def open(self) -> int:
-        """Create or resume the shard; returns how many chunks are already committed."""
+        """Lock, then create or resume the shard; returns how many chunks are already committed.
+        A shard another live process holds is refused (two writers would corrupt it)."""
+        self.lock = Lock(self.root / f"{self.dir.name}.lock", f"shard {self.shard_index}")
+        if not self.lock.acquire():
+            raise RecordsError(
+                f"{self.dir} is being written by {self.lock.holder()} (lock {self.lock.path}); "
+                "if that process is gone, delete the lock"
+            )
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / MANIFEST
         if path.exists():
@@ -234,6 +331,7 @@ class ShardStore:
         entry = {"file": name, "rows": table.num_rows, "sha256": hashlib.sha256(data).hexdigest()}
         self.manifest["chunks"].append({**entry, **info})
         self._save()
+        self.lock.touch()
 
     def check_chunk(self, index: int, span: Mapping[str, str]) -> None:
         """A committed chunk being skipped must hold the same games as the input's chunk now."""
@@ -254,6 +352,13 @@ class ShardStore:
         self.manifest.update(summary)
         self.manifest["complete"] = True
         self._save()
+        self.close()
+
+    def close(self) -> None:
+        """Release the shard's lock (also on an error, so a rerun may take the shard)."""
+        lock = getattr(self, "lock", None)
+        if lock is not None:
+            lock.release()
 
     def _save(self) -> None:
         text = json.dumps(_jsonable(self.manifest), indent=1, sort_keys=True, allow_nan=False)
@@ -342,9 +447,13 @@ def load_records(
             f"{root}: shards {missing} of {n} are missing or unfinished; run them (same flags, "
             "--shard_index K) before building the report"
         )
-    jobs = {json.dumps(m["job"], sort_keys=True) for m in manifests}
-    if len(jobs) != 1:
-        raise RecordsError(f"{root}: shards were run with different settings")
+    for m in manifests[1:]:
+        diff = _differences(manifests[0]["job"], m["job"])
+        if diff:
+            raise RecordsError(
+                f"{root}: shard {m['shard_index']} was run with other settings than shard "
+                f"{manifests[0]['shard_index']}: {', '.join(diff)} differ"
+            )
     tables, random, calibration = [], None, None
     for k in range(n):
         d = root / shard_dirname(k, n)
@@ -365,6 +474,100 @@ def load_records(
         raise RecordsError(f"{root}: the shards hold no records")
     human = human.sort_by([("game_id", "ascending"), ("ply", "ascending")])
     return Records(human, random, manifests, calibration, str(root))
+
+
+class Job:
+    """Every shard of one evaluation job, read lazily: from one records directory, or from a
+    parent folder holding per-task records directories (a job array whose tasks each wrote under
+    their own ``--output``). Shards must be complete, and their settings equal; a mismatch names
+    the differing keys."""
+
+    def __init__(self, shards: list[tuple[epath.Path, dict]], root: str):
+        self.shards = shards  # (shard dir, manifest), in shard order
+        self.manifests = [m for _, m in shards]
+        self.root = root
+
+    def _read(self, path: epath.Path, columns: list[str] | None) -> pa.Table:
+        buf = io.BytesIO(epath.Path(path).read_bytes())
+        if columns is None:
+            return pq.read_table(buf)
+        names = set(pq.read_schema(buf).names)
+        buf.seek(0)
+        return pq.read_table(buf, columns=[c for c in columns if c in names])
+
+    def human_chunks(self, *, filter: str | None = None, columns: list[str] | None = None):
+        """Each committed chunk's table (``filter`` applied), one at a time."""
+        expr = parse_filter(filter) if filter else None
+        for d, m in self.shards:
+            for c in m["chunks"]:
+                table = self._read(d / c["file"], columns)
+                yield table.filter(expr) if expr is not None else table
+
+    def random_table(self) -> pa.Table | None:
+        for d, m in self.shards:
+            if "random" in m.get("extras", {}):
+                return read_table(d / m["extras"]["random"])
+        return None
+
+    def calibration(self) -> dict | None:
+        for d, m in self.shards:
+            if "calibration" in m.get("extras", {}):
+                return json.loads((d / m["extras"]["calibration"]).read_text())
+        return None
+
+
+def _shard_dirs(path: epath.Path) -> list[epath.Path]:
+    return sorted(p.parent for p in path.glob(f"shard-*-of-*/{MANIFEST}"))
+
+
+def open_job(path: str | epath.Path) -> Job:
+    """The job whose records lie under ``path``: a records directory, an output directory with
+    ``records/``, or a parent of per-task output or records directories (merged)."""
+    path = epath.Path(path)
+    dirs: list[epath.Path] = []
+    for cand in (path, path / "records"):
+        if cand.is_dir() and (dirs := _shard_dirs(cand)):
+            break
+    if not dirs and path.is_dir():
+        for sub in sorted(p for p in path.iterdir() if p.is_dir()):
+            for cand in (sub, sub / "records"):
+                dirs += _shard_dirs(cand) if cand.is_dir() else []
+    if not dirs:
+        raise RecordsError(
+            f"no evaluation records under {path} (expected shard-*-of-*/{MANIFEST} there, in "
+            "records/, or in per-task folders below it)"
+        )
+    found = [(d, json.loads((d / MANIFEST).read_text())) for d in dirs]
+    counts = {m["num_shards"] for _, m in found}
+    if len(counts) != 1:
+        raise RecordsError(f"{path} mixes jobs with different shard counts {sorted(counts)}")
+    n = counts.pop()
+    by_index: dict[int, tuple[epath.Path, dict]] = {}
+    for d, m in found:
+        k = m["shard_index"]
+        if k in by_index and by_index[k][1].get("complete") and m.get("complete"):
+            raise RecordsError(
+                f"shard {k} of {n} is complete in two places ({by_index[k][0]} and {d}); keep one"
+            )
+        if k not in by_index or m.get("complete"):
+            by_index[k] = (d, m)
+    missing = [k for k in range(n) if k not in by_index or not by_index[k][1].get("complete")]
+    if missing:
+        raise RecordsError(
+            f"{path}: shards {missing} of {n} are missing or unfinished; run them (same flags, "
+            "--shard_index K) before building the report"
+        )
+    shards = [by_index[k] for k in range(n)]
+    first = shards[0][1]["job"]
+    for d, m in shards[1:]:
+        diff = _differences(first, m["job"])
+        if diff:
+            raise RecordsError(
+                f"{d} was run with other settings than {shards[0][0]}: {', '.join(diff)} differ"
+            )
+    if not any(m["chunks"] for _, m in shards):
+        raise RecordsError(f"{path}: the shards hold no records")
+    return Job(shards, str(path))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """report.md: the paper's offline tables rendered from the report dict (report.json's content).
 
-Rates print as percentages with the 95 % interval; correlations as r [lo, hi]. Anything that could
-not be measured (no positions, constant series) prints as "–".
+Rates print as percentages with their 95 % interval, clustered by game (or by player: the report's
+``meta.cluster``); a cell resting on fewer than 30 games is marked ‡. Paired differences print in
+percentage points. Correlations print as r [lo, hi] (Fisher). Anything that could not be measured
+(no positions, constant series) prints as "–".
 """
 
 from __future__ import annotations
@@ -21,13 +23,46 @@ def _ok(x) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
+FEW = 30  # fewer clusters than this: the cell is marked
+
+
+def _few(r: dict) -> str:
+    games = r.get("games")
+    return "‡" if games is not None and games < FEW else ""
+
+
 def pct(r: dict | None) -> str:
-    """ "55.7 % [55.6, 55.8] (n=1,234)" from a rate dict."""
+    """ "55.7 % [55.6, 55.8] (n=1,234)" from a rate dict (‡: fewer than 30 games)."""
     if not r or not _ok(r.get("value")):
         return "–"
     lo, hi = r["ci95"]
     ci = f" [{100 * lo:.1f}, {100 * hi:.1f}]" if _ok(lo) and _ok(hi) else ""
-    return f"{100 * r['value']:.1f}%{ci} (n={r['n']:,})"
+    return f"{100 * r['value']:.1f}%{ci} (n={r['n']:,}){_few(r)}"
+
+
+def diff_pts(value, lo, hi, games=None) -> str:
+    """A paired difference in percentage points with its interval."""
+    if not _ok(value):
+        return "–"
+    ci = f" [{100 * lo:+.1f}, {100 * hi:+.1f}]" if _ok(lo) and _ok(hi) else ""
+    few = "‡" if games is not None and games < FEW else ""
+    return f"{100 * value:+.1f}{ci}{few}"
+
+
+def nats(m: dict | None) -> str:
+    if not m or not _ok(m.get("value")):
+        return "–"
+    lo, hi = m["ci95"]
+    ci = f" [{lo:.3f}, {hi:.3f}]" if _ok(lo) and _ok(hi) else ""
+    return f"{m['value']:.3f}{ci}{_few(m)}"
+
+
+def nats_diff(m: dict | None) -> str:
+    if not m or not _ok(m.get("value")):
+        return "–"
+    lo, hi = m["ci95"]
+    ci = f" [{lo:+.3f}, {hi:+.3f}]" if _ok(lo) and _ok(hi) else ""
+    return f"{m['value']:+.3f}{ci}{_few(m)}"
 
 
 def mass(m: dict | None) -> str:
@@ -74,35 +109,66 @@ def to_markdown(report: dict) -> str:
             "",
         ]
 
+    for w in report.get("warnings", []):
+        lines += [f"> **Warning:** {w}", ""]
+    if meta.get("intervals"):
+        lines += [f"Intervals: {meta['intervals']}; ‡ marks a cell on fewer than {FEW}.", ""]
+
     acc = report.get("move_accuracy", {})
     if acc:
         lines += ["## Move-matching accuracy", ""]
-        lines += ["| system | all moves | " + " | ".join(SPECIAL_MOVES) + " | paper |"]
-        lines += ["|---|---|" + "---|" * len(SPECIAL_MOVES) + "---|"]
+        lines += [
+            "| system | all moves | cross-entropy (nats) | "
+            + " | ".join(SPECIAL_MOVES)
+            + " | paper |"
+        ]
+        lines += ["|---|---|---|" + "---|" * len(SPECIAL_MOVES) + "---|"]
         for name, block in acc.items():
             label = name + (" (subsample)" if block.get("subsample") else "")
             cells = [pct(block["special"].get(k)) for k in SPECIAL_MOVES]
             lines.append(
-                f"| {label} | {pct(block['overall'])} | "
+                f"| {label} | {pct(block['overall'])} | {nats(block.get('cross_entropy'))} | "
                 + " | ".join(cells)
                 + f" | {PAPER.get(name, '–')} |"
             )
-        for name, block in acc.items():
-            if "minus_policy" in block:
-                d = block["minus_policy"]
-                lines.append(f"\n{name} − policy on the same positions (game bootstrap): {_pts(d)}")
-        for name, block in acc.items():
-            if "policy_same_positions" in block:
+        paired = report.get("paired", [])
+        if paired:
+            lines += [
+                "",
+                "### Paired: each system minus its baseline on the same positions",
+                "",
+                "| system | baseline | positions | games | system | baseline | difference (pts) "
+                "| cross-entropy difference |",
+                "|---|---|---:|---:|---|---|---|---|",
+            ]
+            for p in paired:
+                sig = " *" if p.get("significant") else ""
                 lines.append(
-                    f"\n{name}: policy on the same positions {pct(block['policy_same_positions'])}"
-                    f"; mean simulations {_num(block.get('mean_sims'), '.1f')}"
+                    f"| {p['system']} | {p['baseline']} | {p['positions']:,} | {p['games']:,} | "
+                    f"{pct(p['system_accuracy'])} | {pct(p['baseline_accuracy'])} | "
+                    f"{diff_pts(p['difference'], p['ci_low'], p['ci_high'], p['games'])}{sig} | "
+                    f"{nats_diff(p.get('cross_entropy_difference'))} |"
                 )
+            lines.append("\n\\* the interval excludes 0.")
+        for name, block in acc.items():
+            if "mean_sims" in block:
+                lines.append(f"\n{name}: mean simulations {_num(block.get('mean_sims'), '.1f')}")
         bins = sorted({int(b) for block in acc.values() for b in block["by_elo"]})
         if bins:
             lines += ["", "### By mover Elo (100-Elo bins)", ""]
             lines += ["| Elo | " + " | ".join(acc) + " |", "|---|" + "---|" * len(acc)]
             for b in bins:
                 cells = [pct(block["by_elo"].get(str(b))) for block in acc.values()]
+                lines.append(f"| {b} | " + " | ".join(cells) + " |")
+        if paired and bins:
+            lines += ["", "### Paired differences by mover Elo (points)", ""]
+            heads = [f"{p['system']} − {p['baseline']}" for p in paired]
+            lines += ["| Elo | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+            for b in bins:
+                cells = []
+                for p in paired:
+                    d = p["by_elo"].get(str(b))
+                    cells.append(diff_pts(d["value"], *d["ci95"], d.get("games")) if d else "–")
                 lines.append(f"| {b} | " + " | ".join(cells) + " |")
         lines.append("")
 

@@ -17,8 +17,9 @@ import dataclasses
 import hashlib
 import heapq
 import io
+import os
 import pathlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 from etils import epath
@@ -41,19 +42,69 @@ def position_hash(seed: int, salt: str, game_id: str, ply: int) -> int:
     return _digest(f"{seed}:{salt}:{game_id}:{ply}")
 
 
-def resolve_shard(num_shards: int | None, shard_index: int | None) -> tuple[int, int]:
-    """``(num_shards, shard_index)``: the flags when given, else one shard per ``jax.distributed``
-    process (``jax.process_count()`` / ``jax.process_index()``; 1 / 0 in a single process)."""
-    if num_shards is None:
-        if shard_index is not None:
-            raise ValueError("--shard_index needs --num_shards")
-        import jax
+SCHEDULER_VARIABLES = (
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MIN",
+    "JOB_COMPLETION_INDEX",
+)
 
-        return jax.process_count(), jax.process_index()
-    index = 0 if shard_index is None else shard_index
-    if num_shards < 1 or not 0 <= index < num_shards:
-        raise ValueError(f"--shard_index={index} must lie in [0, --num_shards={num_shards})")
-    return num_shards, index
+
+def scheduler_shard(env: Mapping[str, str] | None = None) -> tuple[int | None, int, str] | None:
+    """``(task count or None, task index, source)`` from a job scheduler's environment: a SLURM
+    array (``SLURM_ARRAY_TASK_ID`` − ``SLURM_ARRAY_TASK_MIN``, ``SLURM_ARRAY_TASK_COUNT``) or a
+    Kubernetes Indexed Job (``JOB_COMPLETION_INDEX``; its count is ``--num_shards``)."""
+    env = os.environ if env is None else env
+    if "SLURM_ARRAY_TASK_ID" in env:
+        index = int(env["SLURM_ARRAY_TASK_ID"]) - int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
+        count = env.get("SLURM_ARRAY_TASK_COUNT")
+        return (int(count) if count else None), index, "SLURM_ARRAY_TASK_ID"
+    if "JOB_COMPLETION_INDEX" in env:
+        return None, int(env["JOB_COMPLETION_INDEX"]), "JOB_COMPLETION_INDEX"
+    return None
+
+
+def resolve_shard(
+    num_shards: int | None, shard_index: int | None, env: Mapping[str, str] | None = None
+) -> tuple[int, int]:
+    """``(num_shards, shard_index)``: the flags when both are given; else the scheduler's task
+    index (``scheduler_shard``); else one shard per ``jax.distributed`` process; else 1 / 0.
+
+    ``--num_shards N`` without an index from any of these is an error: every process would
+    otherwise score shard 0."""
+    if shard_index is not None and num_shards is None:
+        raise ValueError("--shard_index needs --num_shards")
+    if shard_index is None:
+        sched = scheduler_shard(env)
+        if sched is not None:
+            count, index, source = sched
+            if count is None and num_shards is None:
+                raise ValueError(f"{source} is set: give the job's task count as --num_shards")
+            if count is not None and num_shards is not None and count != num_shards:
+                raise ValueError(
+                    f"--num_shards={num_shards} but SLURM_ARRAY_TASK_COUNT={count}: they must agree"
+                )
+            num_shards = num_shards if num_shards is not None else count
+            shard_index = index
+        else:
+            import jax
+
+            processes = jax.process_count()
+            if num_shards is None:
+                return processes, jax.process_index()
+            if num_shards == processes:
+                shard_index = jax.process_index()
+            elif num_shards == 1:
+                shard_index = 0
+            else:
+                raise ValueError(
+                    f"--num_shards={num_shards} without --shard_index: no scheduler index found "
+                    "(SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX) and jax.distributed runs "
+                    f"{processes} process(es); give --shard_index K"
+                )
+    if num_shards < 1 or not 0 <= shard_index < num_shards:
+        raise ValueError(f"--shard_index={shard_index} must lie in [0, --num_shards={num_shards})")
+    return num_shards, shard_index
 
 
 def _open(path: str | pathlib.Path | epath.Path):

@@ -262,26 +262,77 @@ class PolicySystem:
         return out
 
 
-class SearchSystem:
-    """A ``Searcher`` preset (``search``, ``adaptive``; others register their own modes): the final
-    search policy at each asked position, positions batched across games.
+def position_key(seed: int, game_id: str, ply: int) -> int:
+    """A 31-bit number fixed by (seed, game id, ply): what a sampling system's random key is
+    folded from, so its answer at a position does not depend on the chunk or shard it ran in."""
+    import hashlib
 
-    The searcher's KV cache is cleared per call, so a chunk's numbers do not depend on what was
-    scored before it (a resumed job writes the same bytes)."""
+    text = f"{seed}:{game_id}:{ply}".encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=4).digest(), "little") >> 1
+
+
+def game_batches(positions: Positions, size: int, *, per_game: bool) -> list[list[int]]:
+    """Rows of ``positions`` in search batches of at most ``size``, in (game id, ply) order.
+
+    ``per_game``: a batch never mixes games, so its content (and the key folded from its first
+    row) is fixed by the game and the plies asked there, whatever else the chunk holds; a
+    sampling search needs that to answer the same under any sharding."""
+    order = sorted(
+        range(len(positions)),
+        key=lambda p: (positions.games[int(positions.game[p])].game_id, int(positions.ply[p])),
+    )
+    if not per_game:
+        return [order[i : i + size] for i in range(0, len(order), size)]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for p in order:
+        if current and (len(current) == size or positions.game[current[0]] != positions.game[p]):
+            batches.append(current)
+            current = []
+        current.append(p)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class SearchSystem:
+    """A ``Searcher`` preset (``search``, ``adaptive``, ``gumbel``, ... every ``SearchConfig`` mode
+    that builds a tree): the final search policy at each asked position.
+
+    Deterministic searches (pUCT with π̄) batch positions across games. Sampling searches (the
+    Gumbel modes, whose root noise is drawn per row of a batch) batch each game's positions on
+    their own, with a key folded from (seed, game id, first ply of the batch): the noise then
+    depends on the game and ply, not on the chunk or the sharding. The searcher's KV cache is
+    cleared per call, so a chunk's numbers do not depend on what was scored before it."""
 
     subsample = True
 
     def __init__(
-        self, model, mode: str, *, batch_size: int = 64, seed: int = 0, top_k: int = TOP_K
+        self,
+        model,
+        mode: str,
+        *,
+        config=None,
+        batch_size: int = 64,
+        seed: int = 0,
+        top_k: int = TOP_K,
     ):
         from allie_jax.search import SearchConfig, Searcher
 
         self.name = mode
-        self.searcher = Searcher(model, SearchConfig.preset(mode))
+        self.config = config if config is not None else SearchConfig.preset(mode)
+        self.searcher = Searcher(model, self.config)
         self.batch_size = batch_size
         self.seed = seed
         self.top_k = top_k
-        self.info: dict[str, Any] = {}
+        self.sampling = self.config.mode.startswith("gumbel") and self.config.gumbel_noise > 0
+        changed = {
+            f.name: getattr(self.config, f.name)
+            for f in dataclasses.fields(self.config)
+            if f.name != "mode"
+            and getattr(self.config, f.name) != getattr(SearchConfig.preset(mode), f.name)
+        }
+        self.info: dict[str, Any] = {"search_options": changed} if changed else {}
         self.on_batch: Callable[[int], None] | None = None
 
     def score(self, positions: Positions) -> Scores:
@@ -290,15 +341,19 @@ class SearchSystem:
         out = Scores.empty(len(positions), self.top_k)
         human = positions.human_move()
         self.searcher.forget()
-        key = jax.random.fold_in(jax.random.key(self.seed + 1), positions.seed)
+        base = jax.random.key(self.seed + 1)
         size = self.batch_size
-        for start in range(0, len(positions), size):
-            idx = list(range(start, min(start + size, len(positions))))
+        for idx in game_batches(positions, size, per_game=self.sampling):
+            first = idx[0]
+            game_id = positions.games[int(positions.game[first])].game_id
+            key = jax.random.fold_in(
+                base, position_key(self.seed, game_id, int(positions.ply[first]))
+            )
             batch = [positions.prefix(p) for p in idx]
             n = len(batch)
-            if n < size and start > 0:  # one batch shape: a smaller last batch would compile again
-                batch += [batch[-1]] * (size - n)
-            res = self.searcher.run(batch, jax.random.fold_in(key, start))
+            if not self.sampling and n < size and len(positions) > size:
+                batch += [batch[-1]] * (size - n)  # one batch shape: no second compilation
+            res = self.searcher.run(batch, key)
             for b, p in enumerate(idx):
                 legal = positions.legal_ids(p)
                 out.set_from_distribution(p, res.policy[b], legal, int(human[p]), all_tokens=False)
@@ -396,10 +451,46 @@ def _greedy(name: str, ctx: SystemContext) -> System:
     )
 
 
+def search_config(mode: str, options: Mapping[str, str]):
+    """``SearchConfig.preset(mode)`` with every ``--system_options`` key that names a
+    ``SearchConfig`` field applied (``lambda`` is ``anchor_lambda``), cast to the field's type;
+    other keys belong to other factories and are ignored here."""
+    from allie_jax.search.config import SearchConfig
+
+    fields = {f.name: f for f in dataclasses.fields(SearchConfig)}
+    defaults = SearchConfig()
+    overrides: dict[str, Any] = {}
+    for key, text in options.items():
+        field = SEARCH_OPTION_ALIASES.get(key, key)
+        if field not in fields or field == "mode":
+            continue
+        default = getattr(defaults, field)
+        try:
+            if isinstance(default, bool):
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(text)
+                value: Any = text.lower() in ("true", "1")
+            elif default is None or isinstance(default, str):
+                value = None if text in ("", "none", "None") else text
+            else:
+                value = type(default)(text)
+        except ValueError:
+            raise ValueError(
+                f"--system_options {key}={text!r}: not a valid {type(default).__name__}"
+            ) from None
+        overrides[field] = value
+    return SearchConfig.preset(mode, **overrides)
+
+
+# option names accepted for SearchConfig fields besides the fields' own names
+SEARCH_OPTION_ALIASES = {"lambda": "anchor_lambda"}
+
+
 def _search(name: str, ctx: SystemContext) -> System:
     return SearchSystem(
         ctx.allie(),
         name,
+        config=search_config(name, ctx.options),
         batch_size=ctx.get("search_batch_size", 64),
         seed=ctx.get("seed", 0),
         top_k=ctx.get("top_k", TOP_K),
@@ -408,16 +499,23 @@ def _search(name: str, ctx: SystemContext) -> System:
 
 Factory = Callable[[str, SystemContext], System]
 
+
+def _builtin() -> dict[str, Factory | str]:
+    """The registry's starting entries: every ``SearchConfig`` mode (read from its ``MODES``,
+    so a new mode is a system name at once), the Maia family and the board family."""
+    from allie_jax.search.config import MODES
+
+    entries: dict[str, Factory | str] = {}
+    for mode in MODES:
+        entries[mode] = {"policy": _policy, "greedy": _greedy}.get(mode, _search)
+    # maia (Maia*), maia-1500, maia+search, maia-1900+gumbel, ...; board, board+search, ...
+    entries["maia"] = "allie_jax.baselines.eval_systems:make_maia"
+    entries["board"] = "allie_jax.eval.board_system:make_board"
+    return entries
+
+
 # name or prefix -> factory, or "module:function" imported on first use (add yours here).
-BUILTIN: dict[str, Factory | str] = {
-    "policy": _policy,
-    "greedy": _greedy,
-    "search": _search,
-    "adaptive": _search,
-    # maia (Maia*), maia-1500, maia+search, maia+gumbel, ... (issue 12)
-    "maia": "allie_jax.baselines.eval_systems:make_maia",
-    "board": "allie_jax.eval.board_system:make_board",  # board, board+search (issue 13)
-}
+BUILTIN: dict[str, Factory | str] = _builtin()
 _REGISTRY: dict[str, Factory | str] = dict(BUILTIN)
 
 
@@ -444,13 +542,43 @@ def resolve(name: str) -> Factory:
     return entry
 
 
+def search_suffixes() -> tuple[str, ...]:
+    """What may follow ``maia+`` / ``maia-R+`` / ``board+``: every ``SearchConfig`` mode that builds
+    a tree (``SEARCH_MODES``), and ``visits`` (Maia's visit-count policy)."""
+    from allie_jax.search.config import SEARCH_MODES
+
+    return (*SEARCH_MODES, "visits")
+
+
+def _known(name: str) -> bool:
+    if name in _REGISTRY:
+        return True
+    base, plus, suffix = name.partition("+")
+    if plus:  # a family with a search: maia+MODE, maia-1500+MODE, board+MODE
+        family = "maia" if base == "maia" or base.startswith("maia-") else base
+        if family in ("maia", "board") and suffix in search_suffixes():
+            return base in ("maia", "board") or base[5:].isdigit()
+    if base.startswith("maia-") and not plus:
+        return base[5:].isdigit()
+    # plug-ins registered as a prefix (tests, extensions)
+    builtin = set(BUILTIN)
+    return any(name.startswith(p) for p in _REGISTRY if p not in builtin)
+
+
 def check_names(names: Sequence[str]) -> None:
-    """Raise ValueError naming the first unknown system (without importing any)."""
+    """Raise ValueError naming the first unknown system (without importing any).
+
+    Known names: every ``SearchConfig`` mode (``policy``, ``search``, ``gumbel``, ...), ``maia``,
+    ``maia-RATING``, ``board``, and ``maia+M`` / ``maia-RATING+M`` / ``board+M`` for every search
+    mode ``M`` (``search_suffixes``), plus names registered with ``register``."""
     if not names:
         raise ValueError("no system to evaluate (--systems is empty)")
     for name in names:
-        if name not in _REGISTRY and not any(name.startswith(p) for p in _REGISTRY):
-            raise ValueError(f"unknown system {name!r}: known systems are {registered()}")
+        if not _known(name):
+            raise ValueError(
+                f"unknown system {name!r}: known systems are {registered()}, maia-RATING, and "
+                f"maia+M / maia-RATING+M / board+M for M in {list(search_suffixes())}"
+            )
     if len(set(names)) != len(names):
         raise ValueError(f"systems {list(names)} name one system twice")
 
