@@ -36,8 +36,26 @@ LM_HEAD = "model.model.lm_head.weight"
 CONTROL = "model.control_embeds.weight"
 
 
+# Classes besides tensors and Python containers/numbers that a released checkpoint may hold and
+# that torch's restricted loader is told to build (its safe globals): numpy scalars, as a loss or
+# step count kept as a numpy number is pickled. Nothing else is allowed; the released trainer
+# (y0mingzhang/allie, Trainer.save_ckpt) stores only tensors, dicts, lists and Python numbers.
+RELEASED_SAFE_GLOBALS = (
+    "numpy._core.multiarray.scalar",
+    "numpy.core.multiarray.scalar",
+    "numpy.dtype",
+    "numpy.dtypes.Float64DType",
+    "numpy.dtypes.Float32DType",
+    "numpy.dtypes.Int64DType",
+    "numpy.dtypes.Int32DType",
+)
+
+
 def read_torch_checkpoint(
-    path: str | os.PathLike, *, allow_unsafe_pickle: bool = False
+    path: str | os.PathLike,
+    *,
+    allow_unsafe_pickle: bool = False,
+    safe_globals: tuple[str, ...] = RELEASED_SAFE_GLOBALS,
 ) -> dict[str, np.ndarray]:
     """The ``model`` state dict of a released checkpoint as float32 numpy arrays.
 
@@ -46,9 +64,11 @@ def read_torch_checkpoint(
     ever read; files in torch's legacy (non-zip) format cannot be mapped and are read whole.
 
     Unpickling runs code named in the file, so only torch's restricted loader
-    (``weights_only=True``: tensors, dicts, numbers) is used. A file it refuses is an error, not a
-    silent retry with the full unpickler; ``allow_unsafe_pickle=True`` (``launch.convert
-    --allow_unsafe_pickle``) opts into that for a file the caller trusts.
+    (``weights_only=True``: tensors, dicts, numbers, plus exactly the classes named in
+    ``safe_globals``) is used. A file it refuses is an error, not a silent retry with the full
+    unpickler; ``allow_unsafe_pickle=True`` (``launch.convert --allow_unsafe_pickle``) opts into
+    that for a file the caller trusts. A file that is not a readable checkpoint at all (random
+    bytes, a truncated download) is called corrupt, never steered to the unsafe loader.
     """
     path = paths.as_path(path)  # local or remote (gs://...): etils.epath
     if not path.exists():
@@ -60,7 +80,9 @@ def read_torch_checkpoint(
         raise ConversionError(
             f"reading {path} needs PyTorch: pip install 'allie-jax[torch]' (or pip install torch)"
         ) from None
-    ckpt = _torch_load(torch, local, weights_only=not allow_unsafe_pickle)
+    ckpt = _torch_load(
+        torch, local, weights_only=not allow_unsafe_pickle, safe_globals=safe_globals
+    )
     state = ckpt.get("model", ckpt) if isinstance(ckpt, Mapping) else None
     if not isinstance(state, Mapping):
         raise ConversionError(f"{path}: expected a dict with a 'model' state dict")
@@ -68,26 +90,79 @@ def read_torch_checkpoint(
     return {k: v.detach().float().cpu().numpy() for k, v in state.items() if hasattr(v, "detach")}
 
 
-def _torch_load(torch, path: pathlib.Path, *, weights_only: bool):
+# The first bytes of torch's legacy (pre-1.6, non-zip) format: a pickled magic number.
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
+
+
+def _corrupt(path: pathlib.Path, why: str) -> ConversionError:
+    return ConversionError(
+        f"{path}: corrupt or truncated PyTorch checkpoint ({why}); download it again"
+    )
+
+
+def _torch_load(
+    torch, path: pathlib.Path, *, weights_only: bool, safe_globals: tuple[str, ...] = ()
+):
     """``torch.load`` memory-mapped where the format allows, restricted unless told otherwise."""
     import pickle
     import zipfile
 
     mmap = zipfile.is_zipfile(path)  # torch.save's default format since 1.6; legacy files are not
+    if not mmap:
+        with open(path, "rb") as f:
+            head = f.read(len(_LEGACY_MAGIC))
+        if head != _LEGACY_MAGIC:
+            size = path.stat().st_size
+            why = "an incomplete zip archive" if head[:2] == b"PK" else "not a zip archive"
+            raise _corrupt(path, f"{why}, {size:,} bytes")
+    allowed: list = []
+    if weights_only and mmap:
+        try:
+            needed = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        except Exception as err:  # noqa: BLE001 - a damaged archive: torch raises many types
+            raise _corrupt(path, _first_line(err)) from None
+        refused = [name for name in needed if name not in safe_globals]
+        if refused:
+            raise _unsafe(path, ", ".join(refused))
+        if needed:
+            allowed = [obj for obj in map(_resolve, safe_globals) if obj is not None]
     try:
-        return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=mmap)
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=mmap)
     except pickle.UnpicklingError as err:
-        if not weights_only:
-            raise ConversionError(f"{path}: not a readable PyTorch checkpoint ({err})") from None
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConversionError(
-            f"{path}: torch's safe loader (weights_only=True) refused it ({reason}). The file "
-            "holds Python objects besides tensors, and unpickling those can run arbitrary code. "
-            "Only for a file you trust, rerun with --allow_unsafe_pickle "
-            "(read_torch_checkpoint(..., allow_unsafe_pickle=True))."
-        ) from None
+        if weights_only and "Weights only load failed" in str(err) and "GLOBAL" in str(err):
+            raise _unsafe(path, _first_line(err)) from None
+        if weights_only and "but got <class" in str(err):
+            cls = str(err).split("but got <class", 1)[1].split(">", 1)[0].strip(" '")
+            raise _unsafe(path, cls) from None
+        raise _corrupt(path, _first_line(err)) from None
     except Exception as err:  # noqa: BLE001 - torch raises many types for a damaged file
-        raise ConversionError(f"{path}: not a readable PyTorch checkpoint ({err})") from None
+        raise _corrupt(path, _first_line(err)) from None
+
+
+def _unsafe(path: pathlib.Path, what: str) -> ConversionError:
+    return ConversionError(
+        f"{path}: holds Python objects besides tensors ({what}), which torch's safe loader "
+        "(weights_only=True) does not build: unpickling them can run arbitrary code. Only for a "
+        "file you trust, rerun with --allow_unsafe_pickle "
+        "(read_torch_checkpoint(..., allow_unsafe_pickle=True))."
+    )
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__
+
+
+def _resolve(name: str):
+    """The class ``name`` (``module.attr``), or None where this numpy has no such name."""
+    import importlib
+
+    module, _, attr = name.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return None
 
 
 def infer_config(

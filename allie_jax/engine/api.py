@@ -209,6 +209,19 @@ class Allie:
             raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
         return cls(load_model(path), **kwargs)
 
+    @classmethod
+    def from_released(
+        cls, output: str | pathlib.Path | None = None, *, sha256: str | None = None, **kwargs: Any
+    ) -> Allie:
+        """The released Allie from the Hugging Face Hub, checked and converted once (cached):
+        ``allie_jax.weights.fetch_released_allie(output, sha256=..., **fetch options)``; the
+        options ``Allie.load`` takes (``fixed_shapes``, ...) pass through."""
+        from allie_jax import weights
+
+        names = ("repo_id", "filename", "repo_type", "revision", "cache_dir", "token", "size", "log")
+        fetch = {k: kwargs.pop(k) for k in names if k in kwargs}
+        return cls.load(weights.fetch_released_allie(output, sha256=sha256, **fetch), **kwargs)
+
     def fix_shapes(self) -> None:
         """From now on run the closed set of shapes ``warmup`` compiles (``Searcher``'s
         ``fixed_shapes``: two cache widths, one tree size per preset), not shapes that follow
