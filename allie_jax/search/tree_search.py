@@ -24,6 +24,28 @@ The expand function receives the parent's payload store and the node indices of 
 path from the root (depth 1 .. depth(parent)), so a model evaluator can gather the keys/values
 of the path and run ONE new token per simulation. The same path gives the backup (``backup``):
 mctx's ``backward`` arithmetic as one scatter per statistic instead of a loop over depth.
+
+Several leaves per step (``leaf_batch`` K > 1): one game's leaf evaluation at batch 1 reads every
+weight of the model for one token, so a step selects K leaves of each game and evaluates them in
+ONE call of the expand function (B·K rows, row r belonging to game r // K: the rows of a game are
+adjacent; the payload store stays [B, N, ...]), then backs them up one after the other.
+Simulation ``sim`` is leaf ``sim % K`` of step ``sim // K`` and still creates node ``sim + 1``,
+so the tree needs the same ``budget + 1`` slots. The rules:
+
+- Virtual loss (AlphaGo Zero's / early lc0's): while a leaf is pending, every edge on its path,
+  the unexpanded edge itself included, counts one more visit that LOST for the player choosing
+  it, Q(s, a) ← (Q·N(s, a) − 1) / (N(s, a) + 1), and every node it chose at counts one more
+  visit N(s) (pUCT's exploration factor). The K selections of a step run one after another on
+  a copy of the statistics carrying the pending losses, so later ones spread over other
+  branches; the copy is dropped before the real backups. Node values (the FPU reduction's
+  V(parent)) are not touched.
+- Collisions: a selection that ends on the same unexpanded edge as an earlier one of the same
+  step does not create a second node: it counts as a second visit of the node the first one
+  created and backs that node's value up again (as a revisit of a terminal node does), so every
+  game still gets exactly ``budget`` visits at the root. Its model row is evaluated and dropped.
+- Frozen (terminal or depth-capped) nodes are revisited as with K = 1.
+
+With K = 1 the step is the one-leaf step above, unchanged (the parity tests cover it).
 """
 
 from __future__ import annotations
@@ -53,8 +75,9 @@ class NodeEval(NamedTuple):
     payload: Any
 
 
-# expand_fn(payloads [B, N, ...], parent [B], path_nodes [B, P], path_len [B], action [B],
-#           num_active []): rows >= num_active are idle this step (whatever they return is dropped)
+# expand_fn(payloads [B, N, ...], parent [R], path_nodes [R, P], path_len [R], action [R],
+#           num_active []): rows >= num_active are idle this step (whatever they return is dropped).
+# R = B, or B·K with ``leaf_batch`` K: row r then belongs to game r // K (payloads stay [B, ...])
 ExpandFn = Callable[[Any, chex.Array, chex.Array, chex.Array, chex.Array, chex.Array], NodeEval]
 
 
@@ -67,6 +90,7 @@ class SearchParams(NamedTuple):
     fpu_mode: str
     fpu: float
     max_path: int
+    leaf_batch: int = 1  # K: leaves per game per step (the module docstring)
 
 
 def init_tree(
@@ -223,18 +247,28 @@ def search(
     params: SearchParams,
     select_fn: SelectFn | None = None,
     extra_data: dict | None = None,
+    leaf_batch: int | None = None,
 ) -> Tree:
     """Run ``budgets[b]`` simulations for game b (≤ num_nodes − 1), all in one loop.
 
     ``num_nodes`` is static (tree storage); the loop bound max(budgets) is dynamic, so
     different budgets do not recompile. ``select_fn`` (an mctx action-selection function on the
     unbatched tree, called at every node with depth 0) defaults to Allie's pUCT; it reads
-    per-game data from ``tree.extra_data`` (``c_puct`` plus ``extra_data``).
+    per-game data from ``tree.extra_data`` (``c_puct`` plus ``extra_data``). ``leaf_batch``:
+    leaves per game per step (see the module docstring; None: ``params.leaf_batch``).
     """
     tree = init_tree(root, c_puct, num_nodes, extra_data, log_prior=select_fn is None)
     stop = jnp.max(jnp.minimum(jnp.asarray(budgets, jnp.int32), num_nodes - 1))
     return run_simulations(
-        tree, expand_fn, budgets, 0, stop, num_nodes=num_nodes, params=params, select_fn=select_fn
+        tree,
+        expand_fn,
+        budgets,
+        0,
+        stop,
+        num_nodes=num_nodes,
+        params=params,
+        select_fn=select_fn,
+        leaf_batch=leaf_batch,
     )
 
 
@@ -248,13 +282,21 @@ def run_simulations(
     num_nodes: int,
     params: SearchParams,
     select_fn: SelectFn | None = None,
+    leaf_batch: int | None = None,
 ) -> Tree:
     """Simulations ``start .. stop − 1`` on a tree from ``init_tree`` (or an earlier call).
 
     ``search`` is one call over 0 .. max(budgets); a caller with a clock runs the same loop in
     chunks (the tree carries everything between them, ``extra_data`` included), so it can stop
     at a deadline with the tree it has: simulation ``sim`` does exactly the same either way.
+    With ``leaf_batch`` K > 1 a step runs simulations K·s .. K·s + K − 1 (those inside
+    [start, stop)), so chunks whose bounds are multiples of K build the same tree as one call.
+    ``leaf_batch`` None: ``params.leaf_batch``.
     """
+    if leaf_batch is None:
+        leaf_batch = params.leaf_batch
+    if leaf_batch < 1:
+        raise ValueError(f"leaf_batch={leaf_batch} must be at least 1")
     batch = tree.node_values.shape[0]
     brange = jnp.arange(batch)
     budgets = jnp.minimum(jnp.asarray(budgets, jnp.int32), num_nodes - 1)
@@ -309,4 +351,178 @@ def run_simulations(
         leaf_value = jnp.where(revisit, tree.node_values[brange, node], value)
         return backup(tree, path, path_len, expand, active, new, leaf_value, num_nodes)
 
-    return jax.lax.fori_loop(start, stop, body, tree)
+    if leaf_batch == 1:
+        return jax.lax.fori_loop(start, stop, body, tree)
+    step = _leaf_batch_step(
+        expand_fn, budgets, start, stop, num_nodes, params, select_fn, log_prior, leaf_batch
+    )
+    k = leaf_batch
+    return jax.lax.fori_loop(start // k, (stop + k - 1) // k, step, tree)
+
+
+def virtual_loss(
+    tree: Tree,
+    path: chex.Array,
+    path_len: chex.Array,
+    node: chex.Array,
+    action: chex.Array,
+    revisit: chex.Array,
+    active: chex.Array,
+    num_nodes: int,
+) -> Tree:
+    """One pending leaf per game as a lost visit on every edge of its path (batched tree).
+
+    Edges at depths 0 .. path_len − 1 lead along ``path`` to ``node``; the selected edge
+    (``node``, ``action``) follows unless the leaf is a ``revisit`` of a frozen node. Each gets
+    N(s, a) + 1 and a child value moved towards +1 (a win for the child's mover, so
+    Q(s, a) = −V(child) moves towards −1 for the chooser); each choosing node gets N(s) + 1.
+    """
+    batch, p = path.shape
+    brange = jnp.arange(batch)[:, None]
+    chain = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), path], axis=1)  # depth j node
+    after = jnp.concatenate([chain[:, 1:], chain[:, :1]], axis=1)  # the node at depth j + 1
+    j = jnp.arange(p + 1)[None, :]
+    depth = path_len[:, None]
+    act = jnp.where(j < depth, tree.action_from_parent[brange, after], action[:, None])
+    valid = active[:, None] & ((j < depth) | ((j == depth) & ~revisit[:, None]))
+    slot = jnp.where(valid, chain, num_nodes)  # out of range: dropped
+    n = tree.children_visits[brange, chain, act].astype(tree.children_values.dtype)
+    lost = (tree.children_values[brange, chain, act] * n + 1.0) / (n + 1.0)
+    return tree.replace(
+        node_visits=tree.node_visits.at[brange, slot].add(1, mode="drop"),
+        children_visits=tree.children_visits.at[brange, slot, act].add(1, mode="drop"),
+        children_values=tree.children_values.at[brange, slot, act].set(lost, mode="drop"),
+    )
+
+
+def _leaf_batch_step(
+    expand_fn: ExpandFn,
+    budgets: chex.Array,
+    start: chex.Array | int,
+    stop: chex.Array | int,
+    num_nodes: int,
+    params: SearchParams,
+    select_fn: SelectFn,
+    log_prior: bool,
+    k: int,
+):
+    """The loop body of ``run_simulations`` for K > 1 leaves per game (module docstring)."""
+    batch = budgets.shape[0]
+    brange = jnp.arange(batch)
+    rows = jnp.arange(batch * k)
+    leaves = jnp.arange(k)
+    simulate = jax.vmap(_simulate, in_axes=(0, None, 0))
+    paths = jax.vmap(_path_nodes, in_axes=(0, 0, 0, None))
+    out = jnp.int32(num_nodes)  # out-of-range slot: writes are dropped
+
+    def step(s, tree: Tree) -> Tree:
+        sims = s * k + leaves  # [K]: simulation index of each leaf
+        active = (sims < budgets[:, None]) & (sims >= start) & (sims < stop)  # [B, K]
+        emb = tree.embeddings
+
+        def pick(j, carry):
+            # selection on the tree plus the pending losses of the leaves picked before j; only
+            # the three statistics change, so only they are carried (not the payload store)
+            node_visits, children_visits, children_values, picked = carry
+            virtual = tree.replace(
+                node_visits=node_visits,
+                children_visits=children_visits,
+                children_values=children_values,
+            )
+            node, action, revisit = simulate(virtual, select_fn, emb["frozen"])
+            path, path_len = paths(tree.parents, emb["depth"], node, params.max_path)
+            virtual = virtual_loss(
+                virtual, path, path_len, node, action, revisit, active[:, j], num_nodes
+            )
+            picked = jax.tree.map(
+                lambda acc, x: acc.at[:, j].set(x), picked, (node, action, revisit, path, path_len)
+            )
+            return virtual.node_visits, virtual.children_visits, virtual.children_values, picked
+
+        picked = (
+            jnp.zeros((batch, k), jnp.int32),
+            jnp.zeros((batch, k), jnp.int32),
+            jnp.zeros((batch, k), bool),
+            jnp.zeros((batch, k, params.max_path), jnp.int32),
+            jnp.zeros((batch, k), jnp.int32),
+        )
+        carry = (tree.node_visits, tree.children_visits, tree.children_values, picked)
+        node, action, revisit, path, path_len = jax.lax.fori_loop(0, k, pick, carry)[3]
+
+        # ONE evaluation of all B·K leaves: row r is leaf r % K of game r // K
+        flat_active = active.reshape(-1)
+        num_active = jnp.max(jnp.where(flat_active, rows + 1, 0))
+        ev = expand_fn(
+            emb["payload"],
+            node.reshape(-1),
+            path.reshape(batch * k, -1),
+            path_len.reshape(-1),
+            action.reshape(-1),
+            num_active,
+        )
+        ev = jax.tree.map(lambda x: x.reshape((batch, k) + x.shape[1:]), ev)
+
+        expand = active & ~revisit
+        # leaf j collides with an earlier leaf j' < j of its game on the same unexpanded edge
+        same = (
+            (node[:, :, None] == node[:, None, :])
+            & (action[:, :, None] == action[:, None, :])
+            & expand[:, None, :]
+            & (leaves[:, None] > leaves[None, :])
+        )
+        collide = expand & same.any(-1)
+        fresh = expand & ~collide
+        owner = jnp.argmax(same, axis=-1)  # the first earlier leaf on that edge
+        new = jnp.broadcast_to(sims + 1, (batch, k)).astype(jnp.int32)
+        write = jnp.where(fresh, new, out)
+        parent_w = jnp.where(fresh, node, out)
+        b2 = brange[:, None]
+        child_depth = emb["depth"][b2, node] + 1
+
+        def put(x, v, *idx):
+            return x.at[(b2, *idx)].set(v, mode="drop")
+
+        embeddings = {
+            "payload": jax.tree.map(lambda st, v: put(st, v, write), emb["payload"], ev.payload),
+            "depth": put(emb["depth"], child_depth, write),
+            "frozen": put(emb["frozen"], ev.terminal | (child_depth >= params.max_path), write),
+        }
+        value = ev.value.astype(tree.node_values.dtype)
+        prior_logits = selection_log_prior(ev.prior_logits) if log_prior else ev.prior_logits
+        tree = tree.replace(
+            children_prior_logits=put(tree.children_prior_logits, prior_logits, write),
+            raw_values=put(tree.raw_values, value, write),
+            node_values=put(tree.node_values, value, write),
+            node_visits=put(tree.node_visits, 1, write),
+            embeddings=embeddings,
+            children_index=put(tree.children_index, new, parent_w, action),
+            parents=put(tree.parents, node, write),
+            action_from_parent=put(tree.action_from_parent, action, write),
+        )
+        # the node each leaf backs up: its new node, the one its collision created, or the
+        # frozen node it revisits
+        owner_node = jnp.take_along_axis(new, owner, axis=1)
+        owner_value = jnp.take_along_axis(value, owner, axis=1)
+        leaf_node = jnp.where(fresh, new, jnp.where(collide, owner_node, node))
+        leaf_value = jnp.where(collide, owner_value, value)
+        grows = fresh | collide  # the leaf sits one below the path's end
+
+        def back(j, tree: Tree) -> Tree:
+            # a collision or a revisit counts one more visit of a node already holding its value
+            bump = jnp.where(active[:, j] & ~fresh[:, j], leaf_node[:, j], out)
+            tree = tree.replace(node_visits=tree.node_visits.at[brange, bump].add(1, mode="drop"))
+            v = jnp.where(revisit[:, j], tree.node_values[brange, node[:, j]], leaf_value[:, j])
+            return backup(
+                tree,
+                path[:, j],
+                path_len[:, j],
+                grows[:, j],
+                active[:, j],
+                leaf_node[:, j],
+                v,
+                num_nodes,
+            )
+
+        return jax.lax.fori_loop(0, k, back, tree)
+
+    return step
