@@ -238,7 +238,11 @@ class NotebookGame:
 
     The same game session as the browser page (``allie_jax.engine.web``): python-chess checks
     your move, the engine plays with both ratings in the headers, and each answer shows its
-    predicted think time, value and top moves under the board.
+    predicted think time, value and top moves under the board. Before the first move the engine
+    compiles every shape its mode can meet (``Allie.warmup``, as the UCI engine does), shown as
+    "preparing", before any clock starts. With ``base_s > 0`` both sides are on the clock: the
+    engine's search gets the clock's budget as its deadline, and every move the game's id, so
+    the search reuses what it read of the game on earlier moves.
     """
 
     allie: Any
@@ -247,18 +251,32 @@ class NotebookGame:
     human_elo: int = 1500
     mode: str = "adaptive"
     show: bool = True
+    base_s: float = 0.0
+    increment_s: float = 0.0
 
     def __post_init__(self) -> None:
+        import time
+
         from allie_jax.engine.web import GameSession, GameSettings, allie_player
 
-        settings = GameSettings(
-            human_colour=self.human_colour,
-            engine_elo=self.engine_elo,
-            human_elo=self.human_elo,
-            mode=self.mode,
-            base_s=0,
+        settings = GameSettings.from_request(
+            {
+                "human_colour": self.human_colour,
+                "engine_elo": self.engine_elo,
+                "human_elo": self.human_elo,
+                "mode": self.mode,
+                "base_s": self.base_s,
+                "increment_s": self.increment_s,
+            }
         )
-        self.session = GameSession(settings)
+        self.warmup_s = 0.0
+        if hasattr(self.allie, "warmup"):
+            if self.show:
+                _display(_html(f"<p>Preparing Allie: compiling the {self.mode} mode once …</p>"))
+            t = time.monotonic()
+            self.allie.warmup(self.mode, 1)
+            self.warmup_s = time.monotonic() - t
+        self.session = GameSession(settings)  # the clocks start here, after the warm-up
         self._play = allie_player(self.allie)
         self.log: list[dict[str, Any]] = []
         if self.session.engine_to_move:
@@ -272,6 +290,22 @@ class NotebookGame:
         """Play ``uci`` (refused with a clear error if illegal); the engine's answer, or None."""
         self.session.human_move(uci)
         return self._engine() if self.session.engine_to_move else self._show(None)
+
+    def takeback(self) -> None:
+        """Undo your last move and the engine's answer to it."""
+        self.session.takeback()
+        self._show(None)
+
+    def offer_draw(self) -> bool:
+        """Offer a draw; Allie accepts when its value head does not favour its own side."""
+
+        def evaluate(game):
+            return self.allie.predict([game])[0].value_white
+
+        agreed = self.session.offer_draw(evaluate)
+        if self.show:
+            _display(_html(f"<p>{self.session.notice}</p>"))
+        return agreed
 
     def _engine(self) -> dict[str, Any] | None:
         info = self.session.engine_move(self._play)
@@ -297,10 +331,13 @@ class NotebookGame:
 def describe_engine_move(row: Mapping[str, Any]) -> str:
     """One HTML line: the move, predicted think time, value (White's view), top moves."""
     top = ", ".join(f"{san} {100 * p:.0f}%" for san, p in row["top_moves"])
+    clock = ""
+    if row.get("budget_s") is not None:
+        clock = f", took {row['spent_s']:.1f} s of its {row['budget_s']:.1f} s budget"
     return (
         f"<p>Allie played <b>{row['san']}</b>: predicted think time "
         f"{row['predicted_think_s']:.1f} s, value (White) {row['value_white']:+.2f}, "
-        f"{row['sims']} simulations; top moves {top}</p>"
+        f"{row['sims']} simulations{clock}; top moves {top}</p>"
     )
 
 

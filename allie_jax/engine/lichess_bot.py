@@ -13,8 +13,14 @@ control straight from lichess-bot's game object.
 on lichess-bot's Python internals at all and is the stable one.
 
 lichess-bot builds an engine per game: the model is loaded and compiled once per process
-(``load_allie``), with JAX's persistent compilation cache on, and every move gets the clock's
-deadline, as the UCI engine's do.
+(``load_allie``: ``Allie.warmup``, the fixed shapes the UCI engine compiles), with JAX's
+persistent compilation cache on. Every move gets the clock's budget (``pacing.time_budget``)
+less a move overhead (the network round trip to lichess, which the bot's clock pays too) as the
+search's deadline, and the lichess game id, so the search keeps what it read of the game between
+moves. The move is answered by ``pacing.answer_by`` (less the same overhead) whatever the search
+is doing: if it has not finished (a stalled host, a compile) or failed, the answer is the
+model's own prior, its most probable legal move from one forward pass computed before the search
+(never an arbitrary legal move).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import datetime
 import functools
 import os
+import threading
 import time
 from typing import Any
 
@@ -30,10 +37,16 @@ import chess.engine
 
 from allie_jax import vocab
 from allie_jax.engine.api import PRESETS, Allie
-from allie_jax.engine.pacing import Clock, remaining_wait, time_budget
+from allie_jax.engine.pacing import Clock, answer_by, remaining_wait, time_budget
 from allie_jax.game import Game
 
 DEFAULT_ELO = 1500
+MOVE_OVERHEAD_S = 0.3  # the network round trip to lichess, taken off every move's budget
+_PLAY_LOCKS: dict[int, threading.Lock] = {}  # one search at a time per Allie (shared by games)
+
+
+def _play_lock(allie: Any) -> threading.Lock:
+    return _PLAY_LOCKS.setdefault(id(allie), threading.Lock())
 
 
 @functools.cache
@@ -64,7 +77,8 @@ class AllieBot:
     ``options`` (from ``homemade_options`` in config.yml): ``checkpoint`` (or env
     ``ALLIE_CHECKPOINT``), ``mode`` (policy/greedy/search/adaptive), ``self_elo`` (0 = the
     opponent's rating), ``human_pacing`` (wait the predicted think time, within the clock),
-    ``allow_resign``, ``seed``.
+    ``allow_resign``, ``seed``, ``move_overhead_ms`` (taken off every move's budget; default
+    300).
     """
 
     def __init__(self, options: dict[str, Any] | None = None, allie: Allie | None = None):
@@ -76,6 +90,9 @@ class AllieBot:
         self.human_pacing = bool(o.get("human_pacing", True))
         self.allow_resign = bool(o.get("allow_resign", True))
         self.seed = int(o.get("seed", 0))
+        self.overhead_s = float(o.get("move_overhead_ms", 1000 * MOVE_OVERHEAD_S)) / 1000
+        if not self.overhead_s >= 0:
+            raise ValueError(f"homemade option move_overhead_ms={self.overhead_s * 1000}: < 0")
         checkpoint = o.get("checkpoint") or os.environ.get("ALLIE_CHECKPOINT")
         if allie is None:
             if not checkpoint:
@@ -111,6 +128,9 @@ class AllieBot:
     def choose(
         self, board: chess.Board, time_limit: chess.engine.Limit | None = None, game: Any = None
     ) -> chess.engine.PlayResult:
+        """The move for ``board`` under ``time_limit``; ``info["string"]`` names the path that
+        decided it: ``search`` (the preset, cut at its deadline if need be) or ``prior`` (the
+        model's most probable legal move, when the search missed the hard limit or failed)."""
         t0 = time.monotonic()
         g, fen = self.game_for(board, game)
         self._moves += 1
@@ -123,26 +143,75 @@ class AllieBot:
                 or 0.0,
                 movetime_s=_seconds(time_limit.time),
             )
-        budget = time_budget(clock)
-        deadline = None if budget is None else t0 + budget
+        budget, hard = time_budget(clock), answer_by(clock)
+        deadline = None if budget is None else t0 + max(0.0, budget - self.overhead_s)
+        hard_at = None if hard is None else t0 + max(0.0, hard - self.overhead_s)
         seed = self.seed * 1_000_003 + self._moves
-        d = self.allie.play([g], self.mode, seed, start_fens=[fen], deadline=deadline)[0]
-        if self.human_pacing:
-            time.sleep(remaining_wait(d.think_time_s, clock, time.monotonic() - t0))
-        value_stm = d.value if board.turn == chess.WHITE else -d.value
+        prior = None
+        if hard_at is not None:  # the answer if the search cannot make the hard limit
+            prior = self.allie.predict([g], start_fens=[fen])[0]
+        d, path, why = self._search(g, fen, seed, deadline, hard_at)
+        if d is None:
+            if prior is None:  # no clock, and the search failed: the prior, late but chosen
+                prior = self.allie.predict([g], start_fens=[fen])[0]
+            move = max(prior.move_probs.items(), key=lambda kv: kv[1])[0]
+            value_white, think_s, sims, resigned = prior.value_white, prior.think_time_s, 0, False
+        else:
+            move, value_white, think_s = d.move, d.value, d.think_time_s
+            sims, resigned = d.sims, d.resigned
+            why = d.note
+        if self.human_pacing and not resigned:
+            budget_left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait = remaining_wait(think_s, clock, time.monotonic() - t0)
+            time.sleep(wait if budget_left is None else min(wait, budget_left))
+        value_stm = value_white if board.turn == chess.WHITE else -value_white
         info = {
             "score": chess.engine.PovScore(
                 chess.engine.Cp(int(round(1000 * value_stm))), board.turn
             ),
-            "nodes": d.sims,
-            "string": f"think {d.think_time_s:.1f}s",
+            "nodes": sims,
+            "string": f"think {think_s:.1f}s; decided by {path}" + (f" ({why})" if why else ""),
         }
         return chess.engine.PlayResult(
-            chess.Move.from_uci(d.move),
+            chess.Move.from_uci(move),
             None,
             info=info,
-            resigned=bool(d.resigned and self.allow_resign),
+            resigned=bool(resigned and self.allow_resign),
         )
+
+    def _search(
+        self,
+        g: Game,
+        fen: str | None,
+        seed: int,
+        deadline: float | None,
+        hard_at: float | None,
+    ) -> tuple[Any, str, str]:
+        """``Allie.play`` in a worker, waited for until ``hard_at``: (decision or None, path,
+        why). A worker past the hard limit finishes in the background (its search stops at its
+        deadline); the next move's search waits for it (one search per Allie at a time)."""
+        box: dict[str, Any] = {}
+        lock = _play_lock(self.allie)
+
+        def work() -> None:
+            try:
+                with lock:
+                    box["d"] = self.allie.play(
+                        [g], self.mode, seed, start_fens=[fen], deadline=deadline
+                    )[0]
+            except Exception as exc:  # the move must still be answered
+                box["error"] = f"{type(exc).__name__}: {exc}"
+
+        # not a daemon: a process exiting while the worker is inside XLA (a late compile) would
+        # abort; the search itself stops at its deadline
+        worker = threading.Thread(target=work, daemon=False)
+        worker.start()
+        worker.join(None if hard_at is None else max(0.0, hard_at - time.monotonic()))
+        if "d" in box:
+            return box["d"], "search", ""
+        if "error" in box:
+            return None, "prior", f"the search failed: {box['error']}"
+        return None, "prior", "the search missed the move's hard limit"
 
 
 try:  # lichess-bot present: the class its homemade.py imports

@@ -1,7 +1,8 @@
 // The page's logic: the server owns the game (python-chess checks every move, clocks run there);
-// this script draws the state it returns and sends the human's moves.
+// this script draws the state it returns and sends the human's moves and requests.
 import {Chessboard, COLOR, INPUT_EVENT_TYPE, FEN} from "./vendor/cm-chessboard/src/Chessboard.js"
 import {Markers, MARKER_TYPE} from "./vendor/cm-chessboard/src/extensions/markers/Markers.js"
+import {Arrows, ARROW_TYPE} from "./vendor/cm-chessboard/src/extensions/arrows/Arrows.js"
 import {PromotionDialog, PROMOTION_DIALOG_RESULT_TYPE} from "./vendor/cm-chessboard/src/extensions/promotion-dialog/PromotionDialog.js"
 
 const $ = (id) => document.getElementById(id)
@@ -9,19 +10,30 @@ const board = new Chessboard($("board"), {
     position: FEN.start,
     assetsUrl: "/static/vendor/cm-chessboard/assets/",
     style: {animationDuration: 150},
-    extensions: [{class: Markers, props: {autoMarkers: MARKER_TYPE.square}}, {class: PromotionDialog}],
+    extensions: [
+        {class: Markers, props: {autoMarkers: MARKER_TYPE.square}},
+        {class: Arrows},
+        {class: PromotionDialog},
+    ],
 })
+const ARROWS = [ARROW_TYPE.success, ARROW_TYPE.info, ARROW_TYPE.secondary]
 
 let state = null        // the last state from the server
 let stateAt = 0         // performance.now() when it arrived (for the running clock)
 let busy = false        // a request is in flight
+let flipped = false     // the human turned the board around
+let thinkingSince = null  // performance.now() when the engine's turn was asked for
 
 async function api(method, path, body) {
     const init = {method, headers: {"Content-Type": "application/json"}}
     if (body !== undefined) init.body = JSON.stringify(body)
     const response = await fetch(path, init)
     const data = await response.json()
-    if (!response.ok) throw new Error(data.error || response.statusText)
+    if (!response.ok) {
+        const err = new Error(data.error || response.statusText)
+        err.status = response.status
+        throw err
+    }
     return data
 }
 
@@ -38,18 +50,59 @@ function fmtClock(seconds) {
     return s < 10 ? `${m}:${rest.toFixed(1).padStart(4, "0")}` : `${m}:${String(Math.floor(rest)).padStart(2, "0")}`
 }
 
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 function humanColour() { return state.settings.human_colour }
 function engineColour() { return humanColour() === "white" ? "black" : "white" }
+function bottomColour() { return flipped ? engineColour() : humanColour() }
+function topColour() { return bottomColour() === "white" ? "black" : "white" }
+
+function drawNames() {
+    const s = state.settings
+    const name = (colour) => colour === humanColour() ? `You (${s.human_elo})` : `Allie (${s.mode}, ${s.engine_elo})`
+    $("name-top").textContent = name(topColour())
+    $("name-bottom").textContent = name(bottomColour())
+}
 
 function drawClocks() {
     if (!state) return
-    const running = state.result ? null : state.turn
-    for (const [slot, colour] of [["top", engineColour()], ["bottom", humanColour()]]) {
+    const running = state.result || state.preparing ? null : state.turn
+    for (const [slot, colour] of [["top", topColour()], ["bottom", bottomColour()]]) {
         let left = state.clocks[colour]
         if (left !== null && running === colour) left -= (performance.now() - stateAt) / 1000
         $(`time-${slot}`).textContent = fmtClock(left)
         $(`clock-${slot}`).classList.toggle("running", running === colour)
     }
+    drawThink()
+}
+
+// The think-time bar: while Allie thinks, the time so far against the clock's budget for its
+// move; after it moved, what it took (the bar), its budget (the whole bar) and the think time
+// its model predicted for a human (the mark).
+function drawThink() {
+    const fill = $("think-fill"), mark = $("think-mark")
+    const info = state.last_engine_move
+    let spent = null, budget = null, predicted = null
+    if (state.engine_thinking || (state.engine_to_move && thinkingSince !== null)) {
+        budget = state.engine_budget_s
+        const since = thinkingSince ?? stateAt
+        spent = (performance.now() - since) / 1000
+        $("think-text").textContent = budget === null ? `Allie is thinking: ${spent.toFixed(1)} s`
+            : `Allie is thinking: ${spent.toFixed(1)} s of its ${budget.toFixed(1)} s budget`
+    } else if (info) {
+        spent = info.spent_s
+        budget = info.budget_s
+        predicted = info.predicted_think_s
+        $("think-text").textContent = (budget === null ? `Allie took ${spent.toFixed(2)} s`
+            : `Allie took ${spent.toFixed(2)} s of its ${budget.toFixed(1)} s budget`)
+            + `; a human would think ${predicted.toFixed(1)} s`
+    }
+    $("think").hidden = spent === null
+    if (spent === null) return
+    const scale = budget ?? Math.max(spent, predicted ?? 0, 1)
+    fill.style.width = `${Math.min(100, 100 * spent / scale)}%`
+    fill.classList.toggle("over", budget !== null && spent > budget)
+    mark.style.display = predicted === null ? "none" : "block"
+    if (predicted !== null) mark.style.left = `${Math.min(100, 100 * predicted / scale)}%`
 }
 
 function drawMoves() {
@@ -74,8 +127,17 @@ function drawEngineInfo() {
     $("ei-top").textContent = info.top_moves.map(([san, p]) => `${san} ${(100 * p).toFixed(0)}%`).join(", ")
 }
 
+function drawArrows() {
+    board.removeArrows()
+    const info = state.last_engine_move
+    // the engine's candidates for the move it just played, while that is the last move
+    if (!$("show-arrows").checked || !info || info.ply !== state.moves.length - 1) return
+    info.top_uci.forEach(([uci], i) => board.addArrow(ARROWS[Math.min(i, ARROWS.length - 1)], uci.slice(0, 2), uci.slice(2, 4)))
+}
+
 function describe() {
-    if (state.result) return `Game over: ${state.result} (${state.termination}). Download the PGN below.`
+    if (state.result) return `Game over: ${state.result} (${state.termination}).`
+    if (state.preparing) return `Preparing Allie: compiling the ${state.settings.mode} mode once. The clocks start when it is ready.`
     if (state.engine_to_move) return "Allie is thinking…"
     return "Your move."
 }
@@ -83,6 +145,8 @@ function describe() {
 async function render(next) {
     state = next
     stateAt = performance.now()
+    if (!state.engine_to_move || state.result) thinkingSince = null
+    await board.setOrientation(bottomColour() === "white" ? COLOR.white : COLOR.black)
     await board.setPosition(state.fen, true)
     board.removeMarkers(MARKER_TYPE.frame)
     const last = state.moves[state.moves.length - 1]
@@ -90,20 +154,29 @@ async function render(next) {
         board.addMarker(MARKER_TYPE.frame, last.slice(0, 2))
         board.addMarker(MARKER_TYPE.frame, last.slice(2, 4))
     }
+    drawArrows()
+    drawNames()
     drawClocks()
     drawMoves()
     drawEngineInfo()
     setStatus(describe())
-    $("resign").disabled = !!state.result
+    $("notice").textContent = state.notice || ""
+    const open = !state.result && !state.preparing
+    $("resign").disabled = !open
+    $("takeback").disabled = !open || !state.can_takeback
+    $("draw").disabled = !open || state.engine_thinking || !state.draw_offer_open
+    $("rematch").disabled = !state.result
     $("pgn").href = `/api/pgn?id=${encodeURIComponent(state.id)}`
-    $("pgn").classList.toggle("disabled", !state.result)
+    $("pgn").classList.toggle("disabled", state.moves.length === 0)
     board.disableMoveInput()
-    if (!state.result && !state.engine_to_move) {
+    if (open && !state.engine_to_move) {
         board.enableMoveInput(onMoveInput, humanColour() === "white" ? COLOR.white : COLOR.black)
     }
     // set last, once the board is drawn and takes input (tests wait on these)
+    document.body.dataset.orientation = bottomColour()
     document.body.dataset.ply = String(state.moves.length)
-    document.body.dataset.status = state.result ? "over" : state.engine_to_move ? "engine" : "human"
+    document.body.dataset.status = state.result ? "over" : state.preparing ? "preparing"
+        : state.engine_to_move ? "engine" : "human"
 }
 
 async function request(method, path, body) {
@@ -118,9 +191,31 @@ async function request(method, path, body) {
     }
 }
 
-async function engineTurn() {
-    const next = await request("POST", "/api/engine", {id: state.id})
-    if (next) await render(next)
+// What happens next without the human: wait out the warm-up, let the engine move, or (after a
+// reload while it thinks) wait for its move to land.
+async function drive() {
+    while (state && !state.result) {
+        if (state.preparing || state.engine_thinking) {
+            await sleep(500)
+            try { await render(await api("GET", `/api/state?id=${encodeURIComponent(state.id)}`)) }
+            catch (err) { setStatus(err.message, true); return }
+        } else if (state.engine_to_move) {
+            thinkingSince = performance.now()
+            setStatus(describe())
+            document.body.dataset.status = "engine"
+            const next = await request("POST", "/api/engine", {id: state.id})
+            if (!next) return
+            await render(next)
+        } else {
+            return
+        }
+    }
+}
+
+async function show(next) {  // a game to draw and follow (new, resumed, rematch)
+    history.replaceState(null, "", `?id=${encodeURIComponent(next.id)}`)
+    await render(next)
+    await drive()
 }
 
 async function sendMove(uci) {
@@ -133,7 +228,7 @@ async function sendMove(uci) {
         return
     }
     await render(next)
-    if (state.engine_to_move) await engineTurn()
+    await drive()
 }
 
 function onMoveInput(event) {
@@ -174,17 +269,17 @@ async function newGame(ev) {
         human_pacing: form.get("human_pacing") === "on",
     }
     const next = await request("POST", "/api/new", settings)
-    if (!next) return
-    await board.setOrientation(next.settings.human_colour === "white" ? COLOR.white : COLOR.black)
-    $("name-top").textContent = `Allie (${settings.mode}, ${settings.engine_elo})`
-    $("name-bottom").textContent = `You (${settings.human_elo})`
-    await render(next)
-    if (state.engine_to_move) await engineTurn()
+    if (next) { flipped = false; await show(next) }
 }
 
-async function resign() {
-    const next = await request("POST", "/api/resign", {id: state.id})
-    if (next) await render(next)
+async function action(path) {  // resign, take back, offer a draw: the new state
+    const next = await request("POST", path, {id: state.id})
+    if (next) { await render(next); await drive() }
+}
+
+async function rematch() {
+    const next = await request("POST", "/api/rematch", {id: state.id})
+    if (next) { flipped = false; await show(next) }
 }
 
 async function poll() {  // keeps the clocks honest: the server decides when a flag falls
@@ -194,6 +289,15 @@ async function poll() {  // keeps the clocks honest: the server decides when a f
         if (next.result && !state.result) await render(next)
         else { state.clocks = next.clocks; stateAt = performance.now() }
     } catch (err) { /* the next poll retries */ }
+}
+
+async function resume(id) {  // a reload, or a link to a game: pick it up where it is
+    try {
+        await show(await api("GET", `/api/state?id=${encodeURIComponent(id)}`))
+    } catch (err) {
+        history.replaceState(null, "", location.pathname)
+        setStatus(`cannot resume game ${id}: ${err.message}`, true)
+    }
 }
 
 async function init() {
@@ -207,12 +311,20 @@ async function init() {
     }
     $("checkpoint").textContent = `checkpoint: ${info.checkpoint}`
     $("settings").addEventListener("submit", newGame)
-    $("resign").addEventListener("click", resign)
+    $("resign").addEventListener("click", () => action("/api/resign"))
+    $("takeback").addEventListener("click", () => action("/api/takeback"))
+    $("draw").addEventListener("click", () => action("/api/draw"))
+    $("rematch").addEventListener("click", rematch)
+    $("flip").addEventListener("click", async () => { flipped = !flipped; if (state) await render(state) })
+    $("show-arrows").addEventListener("change", () => { if (state) drawArrows() })
     setInterval(drawClocks, 100)
     setInterval(poll, 1000)
     document.body.dataset.status = "ready"
+    const id = new URLSearchParams(location.search).get("id")
+    if (id) await resume(id)
 }
 
 window.currentId = () => (state ? state.id : null)  // for tests and the console
+window.isFlipped = () => flipped
 
 init().catch((err) => setStatus(`cannot reach the server: ${err.message}`, true))
