@@ -73,3 +73,49 @@ def cudnn_compute_capability(capability: str) -> Iterator[None]:
 
 def _capability(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split("."))
+
+
+# ------------------------------------------------------------------ pinned private modules
+# Each private module below is read at exactly the version pyproject.toml pins; another version
+# stops with the name of what to check instead of a wrong tree or board deep inside a search.
+PINNED = {"mctx": "0.0.71", "pgx": "2.6.0"}
+
+
+def _pinned(package: str) -> None:
+    from importlib import metadata
+
+    have = metadata.version(package)
+    if have != PINNED[package]:
+        raise ImportError(
+            f"{package} {have} is installed; allie_jax reads {package}'s private modules as of "
+            f"{PINNED[package]} (allie_jax/compat.py): install {package}=={PINNED[package]}"
+        )
+
+
+def mctx_search_module() -> Any:
+    """``mctx._src.search``: ``instantiate_tree_from_root``, the tree layout ``mctx.search``
+    starts from. mctx exports ``search`` but not its building blocks, and the batched search
+    (``search/tree_search.py``) runs mctx's loop with per-game budgets on the same tree."""
+    _pinned("mctx")
+    from mctx._src import search
+
+    return search
+
+
+def mctx_seq_halving() -> Any:
+    """``mctx._src.seq_halving``: Gumbel MuZero's sequential-halving schedule and root score,
+    which ``mctx.gumbel_muzero_policy`` uses inside and does not export."""
+    _pinned("mctx")
+    from mctx._src import seq_halving
+
+    return seq_halving
+
+
+def pgx_chess() -> Any:
+    """``pgx._src.games.chess``: pgx's jittable chess state, move application and attack tests
+    (``_apply_move``, ``_is_attacked``, ``_is_checked``, the move tables). pgx's public ``Chess``
+    env steps whole environments with its own observation; ``chess_jax`` needs the rules alone."""
+    _pinned("pgx")
+    from pgx._src.games import chess
+
+    return chess

@@ -9,8 +9,8 @@ Position t predicts token t+1 (policy), the think time of that move, and the gam
 White's view. When the Elos are replaced by one ``<BOS>`` (augmentation) the header is two tokens.
 
 Against the released code (y0mingzhang/allie, ``src/modeling/data.py``) the targets are identical
-at every move position (the check that opened issue 10: 515 real games, packed or not), with two
-deliberate differences, both kept:
+at every move position (checked on real games, packed or not), with two deliberate differences,
+both kept:
 
 1. Header positions before the time-control token carry no policy or value label here. The
    released collate labels every non-pad position: the last Elo slot (or ``<BOS>``) learns to

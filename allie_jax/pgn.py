@@ -5,7 +5,8 @@ node tree) and then walked the mainline reading ``node.clock()``. We do less: sp
 games by scanning lines, read headers with one regex, read the move text a ply per regex match
 (``_read_moves_fast``; ``_read_moves`` handles variations, NAGs and other rare syntax) and resolve
 each SAN with ``allie_jax.san.SanBoard``, a mailbox board that leaves only the unusual moves to
-python-chess. That is 4-5x faster (bench/pgn.py) and lets us count exactly why a game was
+python-chess. That is faster (bench/pgn.py, figures in bench/RESULTS.md) and lets us count
+exactly why a game was
 skipped instead of relying on the visitor's error list.
 
 Robustness rules (the fuzz test in tests/test_pgn.py checks them): a game boundary is a
@@ -18,7 +19,6 @@ neighbours.
 from __future__ import annotations
 
 import bz2
-import collections
 import dataclasses
 import hashlib
 import io
@@ -250,7 +250,7 @@ def open_text(source: str | os.PathLike | IO[str], status: InputStatus | None = 
     return text_from_bytes(itertools.chain([first], blocks))
 
 
-def _lines(source: str | os.PathLike | IO[str], status: InputStatus | None = None) -> Iterator[str]:
+def lines(source: str | os.PathLike | IO[str], status: InputStatus | None = None) -> Iterator[str]:
     name = source if isinstance(source, str | os.PathLike) else getattr(source, "name", "<stream>")
     stream = open_text(source, status)
     try:
@@ -429,7 +429,7 @@ def _game_id(headers: dict[str, str], move_text: str) -> str:
     return "sha1:" + hashlib.sha1((key + "|" + move_text).encode()).hexdigest()[:16]
 
 
-def _parse_elo(value: str | None) -> int | None:
+def parse_elo(value: str | None) -> int | None:
     if value is None or value in ("?", "-", ""):
         return None
     if not _ELO_RE.match(value):
@@ -452,8 +452,8 @@ def parse_game(raw: RawGame, *, require_clocks: bool = False) -> ParsedGame:
         raise GameRejected("unfinished_result")
     if result_str not in _RESULTS:
         raise GameRejected("bad_header", f"Result {result_str!r}")
-    white_elo = _parse_elo(headers.get("WhiteElo"))
-    black_elo = _parse_elo(headers.get("BlackElo"))
+    white_elo = parse_elo(headers.get("WhiteElo"))
+    black_elo = parse_elo(headers.get("BlackElo"))
     variant = headers.get("Variant", "Standard")
     if variant.lower() not in ("standard", "chess", "") or headers.get("SetUp") == "1":
         raise GameRejected("unsupported_variant", variant)
@@ -670,7 +670,7 @@ def iter_parsed(
     stats = stats if stats is not None else ParseStats()
     status = status if status is not None else InputStatus(str(source))
     previous: RawGame | None = None
-    for raw in split_games(_lines(source, status)):
+    for raw in split_games(lines(source, status)):
         if previous is not None:
             yield from _parse_counted(previous, require_clocks, stats)
         previous = raw
@@ -706,10 +706,3 @@ def read_games(
     """
     for parsed in iter_parsed(source, require_clocks=require_clocks, stats=stats):
         yield parsed.game
-
-
-def drop_reason_counts(stats_list: Iterable[ParseStats]) -> collections.Counter:
-    total: collections.Counter = collections.Counter()
-    for s in stats_list:
-        total.update(s.dropped)
-    return total

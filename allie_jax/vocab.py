@@ -76,8 +76,7 @@ SPECIAL_TOKENS = {
 
 MOVE_TO_ID: dict[str, int] = {m: i for i, m in enumerate(MOVES)}
 TC_TO_ID: dict[str, int] = {tc: TC_OFFSET + i for i, tc in enumerate(TIME_CONTROLS)}
-_ID_TO_STR: tuple[str, ...] = MOVES + tuple(TIME_CONTROLS) + tuple(SPECIAL_TOKENS)
-assert len(_ID_TO_STR) == VOCAB_SIZE
+assert len(MOVES) + len(TIME_CONTROLS) + len(SPECIAL_TOKENS) == VOCAB_SIZE
 
 
 def encode_move(uci: str) -> int:
@@ -110,26 +109,6 @@ def normalize_time_control(tc: str) -> str:
 def encode_elo(elo: float) -> int:
     """Integer id carrying an Elo (clamped to [500, 3000]) through the token pipeline."""
     return ELO_OFFSET + int(round(min(max(elo, MIN_ELO), MAX_ELO)))
-
-
-def is_elo(token: int | np.ndarray) -> bool | np.ndarray:
-    return np.asarray(token) >= ELO_OFFSET
-
-
-def elo_weight(elo: float | np.ndarray) -> np.ndarray:
-    """Interpolation weight a of the strong vector: e = a·E_strong + (1−a)·E_weak."""
-    elo = np.clip(np.asarray(elo, dtype=np.float32), MIN_ELO, MAX_ELO)
-    return (elo - MIN_ELO) / (MAX_ELO - MIN_ELO)
-
-
-def token_to_str(token: int) -> str:
-    """Readable form of any id, Elo ids included (for logs and debugging)."""
-    token = int(token)
-    if token >= ELO_OFFSET:
-        return f"<ELO {token - ELO_OFFSET}>"
-    if 0 <= token < VOCAB_SIZE:
-        return _ID_TO_STR[token]
-    raise ValueError(f"token {token} is outside the vocabulary")
 
 
 @functools.cache

@@ -3,35 +3,34 @@
 from __future__ import annotations
 
 import ml_collections
-from ml_collections import config_dict
+
+from allie_jax.model import decoder_family
 
 
 def base_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
 
-    config.model = ml_collections.ConfigDict()
-    config.model.name = "tiny"  # a ModelConfig.named() size
-    config.model.dtype = "float32"  # computation dtype; parameters stay float32
-    config.model.dropout = 0.1
-    # An OpenAI GPT-2 model.safetensors to start from (SPEC §2), or "" / "scratch" for random
-    # init. Paper-size configs leave it unset: the run then asks for a path or "scratch".
-    config.model.init_from_gpt2 = ""
-    # Whole-game attention kernel: auto (cuDNN flash on GPU in bf16, Pallas splash on TPU, XLA
-    # on CPU) | xla | cudnn | splash.
-    config.model.attention_impl = "auto"
-    # Activation memory in the backward pass: none | dots_saveable | full.
-    config.model.remat = "none"
-    # Layers as one scanned block (compiles a deep model like one layer); same outputs.
-    config.model.scan_layers = False
-    # Game pieces + padding run per packed row that the cuDNN kernel's static layout holds; the
-    # pipeline packs at most one fewer games per row (model/attention.py).
-    config.model.max_segments_per_row = 32
-    # GPT-2's dropout placement, as the released trainer: after the embeddings, on the residual
-    # branches, on the attention probabilities (XLA kernel only). Unset: model.dropout, model.dropout
-    # and 0.0.
-    config.model.embd_pdrop = config_dict.placeholder(float)
-    config.model.resid_pdrop = config_dict.placeholder(float)
-    config.model.attn_pdrop = config_dict.placeholder(float)
+    # One entry per ModelConfig field (unset = the named size's value), plus:
+    #   name: a ModelConfig.named() size; dtype: computation dtype (parameters stay float32);
+    #   init_from_gpt2: an OpenAI GPT-2 model.safetensors to start from (SPEC §2), or "" /
+    #     "scratch" for random init (paper-size configs leave it unset: the run then asks);
+    #   attention_impl: auto (cuDNN flash on GPU in bf16, Pallas splash on TPU, XLA on CPU) |
+    #     xla | cudnn | splash;  remat: none | dots_saveable | full;
+    #   scan_layers: layers as one scanned block (compiles a deep model like one layer);
+    #   max_segments_per_row: game pieces + padding run per packed row that the cuDNN kernel's
+    #     static layout holds (the pipeline packs at most one fewer games per row);
+    #   embd_pdrop / resid_pdrop / attn_pdrop: GPT-2's dropout placement (unset: dropout,
+    #     dropout, 0.0; attention dropout needs the XLA kernel).
+    config.model = decoder_family.model_section(
+        name="tiny",
+        dtype="float32",
+        dropout=0.1,
+        init_from_gpt2="",
+        attention_impl="auto",
+        remat="none",
+        scan_layers=False,
+        max_segments_per_row=32,
+    )
 
     config.data = ml_collections.ConfigDict()
     config.data.data_dir = ""  # output of `python -m launch.prepare_data`

@@ -4,28 +4,15 @@ from __future__ import annotations
 
 import ml_collections
 
+from allie_jax.model import board_family
+
 
 def board_overrides(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
     """Select the board family, size ``name``, and its data / loss settings."""
-    config.model.family = "board"  # the trainer dispatches model, loss and batches on this
-    config.model.name = name  # a BoardConfig.named() size
-    # Any BoardConfig field, e.g. refinement / mask_illegal / flip / piece_scheme.
-    config.model.board = ml_collections.ConfigDict(
-        {
-            # None: the named size's value (separate placeholders: they are references)
-            "num_layers": ml_collections.config_dict.placeholder(int),
-            "embed_dim": ml_collections.config_dict.placeholder(int),
-            "num_heads": ml_collections.config_dict.placeholder(int),
-            "refinement": True,
-            "mask_illegal": True,
-            "flip": False,
-            "piece_scheme": "13",
-            "halfmove_degree": 1,
-            "use_elo": True,
-            "feedback_cycles": 0,
-            "feedback_from": 0,
-            "feedback_to": -1,
-        }
+    # The board family's settings replace the decoder's: ``config.model.board.<field>`` is any
+    # BoardConfig field (unset = the named size's value); a decoder setting is then an error.
+    config.model = board_family.model_section(
+        name, dtype=config.model.dtype, dropout=config.model.dropout
     )
     config.data.seq_len = 87  # tokens per position (for the tokens/s and MFU log lines)
     config.data.augment = False

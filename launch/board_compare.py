@@ -1,4 +1,4 @@
-"""Compare board-state and move-history models on the same held-out games (issue 13's figures).
+"""Compare board-state and move-history models on the same held-out games.
 
     python -m launch.board_compare --checkpoints allie_tiny=RUN_A,board=RUN_B,board_flip=RUN_C \\
         --data_dir DATA --split test --max_games 200 --baseline allie_tiny --output OUT

@@ -237,7 +237,8 @@ def test_paper_config_requires_an_explicit_start(prepared_sample):
     from absl import flags
     from ml_collections import config_flags
 
-    from allie_jax.train.loop import gpt2_init_path, validate_config
+    from allie_jax.model.decoder_family import gpt2_init_path
+    from allie_jax.train.loop import validate_config
 
     def parse(*overrides):
         argv = ["train", "--config=configs/allie_medium.py", *overrides]

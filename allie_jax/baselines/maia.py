@@ -22,6 +22,7 @@ import functools
 import os
 import re
 from collections.abc import Sequence
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +43,7 @@ VALUE_HIDDEN = 128
 class MaiaConfig:
     """Shape of an lc0 SE-ResNet with a conv policy head and a WDL value head."""
 
+    family: ClassVar[str] = "maia"  # the model family registry's name (model/family.py)
     blocks: int = 6
     filters: int = 64
     se_channels: int = 8

@@ -479,8 +479,8 @@ def header_elo_bin(header_lines: Sequence[str], config: PrepareConfig) -> int | 
     if header_filter(headers, config) is not None:
         return None
     try:
-        w = pgn._parse_elo(headers.get("WhiteElo"))
-        b = pgn._parse_elo(headers.get("BlackElo"))
+        w = pgn.parse_elo(headers.get("WhiteElo"))
+        b = pgn.parse_elo(headers.get("BlackElo"))
     except pgn.GameRejected:
         return None
     return shards.elo_bin(w, b)

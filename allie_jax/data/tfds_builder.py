@@ -49,7 +49,7 @@ def read_chunks(path: str, chunk_games: int = prepare_lib.CHUNK_GAMES) -> Iterat
     status = pgn.InputStatus(path)
     previous = None
     index = -1
-    for index, raw in enumerate(pgn.split_games(pgn._lines(path, status))):
+    for index, raw in enumerate(pgn.split_games(pgn.lines(path, status))):
         if previous is not None:
             if not chunk:
                 start = index - 1

@@ -1,7 +1,7 @@
-"""The board family's pieces for the shared trainer: config, model, loss, batches.
+"""The board family (seed 001's board-state transformer): its ``ModelFamily`` for the trainer.
 
-``launch.train`` dispatches on ``config.model.family``; for ``"board"`` the training loop calls
-the functions here instead of the decoder's (``allie_jax/train`` keeps only a small switch).
+``config.model.family = "board"`` selects it (``model/family.py``); ``config.model.board`` holds
+one entry per ``BoardConfig`` field.
 
 Loss (``loss_weights`` = policy, choice, rights, value):
 - policy: cross-entropy of the pass-1 policy on the move played (illegal moves masked or not by
@@ -22,13 +22,15 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 
 from allie_jax.data import board_features
+from allie_jax.model import family as family_lib
 from allie_jax.model.board_transformer import BoardConfig, BoardOutputs, BoardTransformer
 
-FAMILY = "board"
+FAMILY_NAME = "board"
 DEFAULT_LOSS_WEIGHTS = (1.0, 1.0, 0.5, 1.0)  # policy, choice, rights, value
 
 
@@ -124,18 +126,6 @@ def board_loss_sums(outputs: BoardOutputs, batch: Mapping[str, jax.Array]) -> di
     return out
 
 
-def forward_loss(model: BoardTransformer, batch, deterministic: bool, loss_weights):
-    """The trainer's ``forward_loss`` hook: one forward (both passes) and the loss."""
-    outputs = model(model_inputs(batch), deterministic=deterministic)
-    weights = tuple(loss_weights) if len(loss_weights) == 4 else DEFAULT_LOSS_WEIGHTS
-    return board_loss(outputs, batch, weights)
-
-
-def eval_sums(model: BoardTransformer, batch) -> dict[str, jax.Array]:
-    """The trainer's ``eval_sums`` hook (dropout off)."""
-    return board_loss_sums(model(model_inputs(batch), deterministic=True), batch)
-
-
 def pad_rows(local: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
     """A validation batch padded to ``rows`` with label-free positions (they count for nothing)."""
     have = len(local["side"])
@@ -143,118 +133,138 @@ def pad_rows(local: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray
         raise ValueError(f"a validation batch has {have} rows, more than the {rows} expected")
     if have == rows:
         return dict(local)
-    pad = {
-        k: np.zeros((rows - have, *shape), dtype)
-        for k, (shape, dtype) in board_features.FIELDS.items()
-    }
-    pad["policy_target"][:] = -1
-    pad["value_target"][:] = np.nan
+    pad = empty_batch(rows - have)
     return {k: np.concatenate([local[k], pad[k]]) for k in board_features.FIELDS}
 
 
-class BoardValidator:
-    """``validator(state) -> metrics`` for board batches: the trainer's ``Validator`` protocol
-    (same batch count on every process, fixed-shape padded batches, means from summed terms)."""
-
-    def __init__(self, open_iterator, eval_step, sharding, *, rows, max_batches, weights):
-        self._open, self._eval_step, self._sharding = open_iterator, eval_step, sharding
-        self.rows, self.max_batches = int(rows), int(max_batches)
-        self.weights = tuple(weights) if len(weights) == 4 else DEFAULT_LOSS_WEIGHTS
-        self.num_batches: int | None = None
-
-    def _local_batches(self):
-        try:
-            iterator = self._open()
-        except (FileNotFoundError, ValueError):
-            return iter(())
-        return (b for _, b in zip(range(self.max_batches), iterator, strict=False))
-
-    def __call__(self, state) -> dict[str, float]:
-        from allie_jax.train.feed import global_batch
-        from allie_jax.train.validation import agreed_count
-
-        if self.num_batches is None:
-            self.num_batches = agreed_count(sum(1 for _ in self._local_batches()))
-        if self.num_batches == 0:
-            return {}
-        local = self._local_batches()
-        totals = None
-        for _ in range(self.num_batches):
-            rows = next(local, None)
-            rows = pad_rows(
-                {k: v[:0] for k, v in _EMPTY.items()} if rows is None else rows, self.rows
-            )
-            sums = self._eval_step(state, global_batch(rows, self._sharding))
-            totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-        sums = jax.device_get(totals)
-        means = {t: float(sums[f"{t}_sum"]) / max(float(sums[f"{t}_count"]), 1.0) for t in TERMS}
-        means["loss"] = float(combine(means, self.weights))
-        means["policy_tokens"] = float(sums["policy_loss_count"])
-        return means
+def empty_batch(rows: int) -> dict[str, np.ndarray]:
+    """``rows`` label-free positions with the pipeline's keys, shapes and dtypes."""
+    pad = {
+        k: np.zeros((rows, *shape), dtype) for k, (shape, dtype) in board_features.FIELDS.items()
+    }
+    pad["policy_target"][:] = -1
+    pad["value_target"][:] = np.nan
+    return pad
 
 
-_EMPTY = {k: np.zeros((0, *shape), dtype) for k, (shape, dtype) in board_features.FIELDS.items()}
+def validation_means(sums: Mapping[str, Any], weights: Sequence[float]) -> dict[str, float]:
+    """Per-label means of every term and the weighted loss, from summed ``board_loss_sums``."""
+    means = {t: float(sums[f"{t}_sum"]) / max(float(sums[f"{t}_count"]), 1.0) for t in TERMS}
+    means["loss"] = float(combine(means, weights))
+    means["policy_tokens"] = float(sums["policy_loss_count"])
+    return means
 
 
-def build_validator(config, trainer, local_batch: int, data_iterator) -> BoardValidator:
-    """The trainer's validator hook; ``data_iterator`` is the loop's (dispatching) opener."""
-    return BoardValidator(
-        lambda: data_iterator(config, "val", local_batch=local_batch, augment=False, num_epochs=1),
-        trainer.eval_step,
-        trainer.batch_sharding,
-        rows=local_batch,
-        max_batches=int(config.train.eval_batches),
-        weights=tuple(config.train.loss_weights),
-    )
+OWN_KEYS = ("family", "name", "dtype", "dropout", "board")  # config.model's keys
+SHARED_FIELDS = ("family", "dtype", "dropout")  # BoardConfig fields kept at config.model level
 
 
-def is_board(config) -> bool:
-    """Whether a training config (ml_collections) selects this family."""
-    model = config.model
-    return str(model.get("family", "allie") if hasattr(model, "get") else "allie") == FAMILY
+def model_section(name: str, **values: Any) -> ml_collections.ConfigDict:
+    """``config.model`` for the board family: ``family``, ``name``, ``dtype``, ``dropout`` and
+    ``board`` with one entry per other ``BoardConfig`` field (``values`` set, the rest unset =
+    the named size's)."""
+    section = ml_collections.ConfigDict()
+    section.family = FAMILY_NAME
+    section.name = name
+    section.dtype = values.pop("dtype", "float32")
+    section.dropout = float(values.pop("dropout", 0.0))
+    section.board = family_lib.model_section(BoardConfig, skip=SHARED_FIELDS, values=values)
+    return section
 
 
-def model_config_from(config) -> BoardConfig:
-    """``config.model.name`` (a ``BoardConfig.named`` size) plus ``config.model.board`` overrides."""
-    board = config.model.get("board", None)
-    overrides = {k: v for k, v in (board.to_dict() if board else {}).items() if v is not None}
-    return BoardConfig.named(
-        config.model.name,
-        dtype=config.model.dtype,
-        dropout=float(config.model.dropout),
-        **overrides,
-    )
+class BoardFamily:
+    """``ModelFamily`` for ``BoardTransformer``: one position per example, four loss terms."""
+
+    name = FAMILY_NAME
+    config_type = BoardConfig
+    loss_terms = ("policy", "choice", "rights", "value")
+
+    def model_config(self, config: ml_collections.ConfigDict) -> BoardConfig:
+        model = config.model
+        family_lib.check_model_keys(model, OWN_KEYS, "config.model", self.name)
+        board = model.get("board", None) or ml_collections.ConfigDict()
+        fields = [f for f in BoardConfig.__dataclass_fields__ if f not in SHARED_FIELDS]
+        family_lib.check_model_keys(board, fields, "config.model.board", self.name)
+        return BoardConfig.named(
+            model.name,
+            dtype=model.dtype,
+            dropout=float(model.dropout),
+            **family_lib.set_values(board),
+        )
+
+    @staticmethod
+    def forward_loss(model: BoardTransformer, batch, deterministic: bool, loss_weights):
+        """One forward (both passes) and the loss."""
+        outputs = model(model_inputs(batch), deterministic=deterministic)
+        return board_loss(outputs, batch, tuple(loss_weights))
+
+    @staticmethod
+    def eval_sums(model: BoardTransformer, batch) -> dict[str, jax.Array]:
+        """Masked loss sums with dropout off."""
+        return board_loss_sums(model(model_inputs(batch), deterministic=True), batch)
+
+    def init_params(self, config, model_config) -> None:
+        return None  # no pretrained start for this family
+
+    def preflight(self, config, backend: str) -> None:
+        self.model_config(config)  # unknown size or field: an error before any device work
+
+    def describe(self, config, model_config: BoardConfig, backend: str) -> str:
+        return (
+            f"board model {config.model.name}, random initial weights, attention "
+            f"{model_config.resolved_attention_impl(backend)}, remat {model_config.remat}"
+        )
+
+    def build(self, model_config: BoardConfig, seed: int) -> BoardTransformer:
+        from flax import nnx
+
+        return BoardTransformer(model_config, rngs=nnx.Rngs(seed))
+
+    def data_iterator(
+        self,
+        config,
+        split: str,
+        *,
+        local_batch: int,
+        shard_index: int,
+        shard_count: int,
+        augment: bool,
+        num_epochs=None,
+        seed: int | None = None,
+    ):
+        """Board batches; the rating curriculum only for training."""
+        from allie_jax.data.board_pipeline import make_board_iterator
+
+        del augment  # the board examples have no augmentation
+        return make_board_iterator(
+            config.data.data_dir,
+            split,
+            batch_size=local_batch,
+            seed=int(config.data.seed if seed is None else seed),
+            shard_index=shard_index,
+            shard_count=shard_count,
+            num_epochs=num_epochs,
+            curriculum=bool(config.data.get("curriculum", False)) and split == "train",
+            shuffle_window=int(config.data.get("shuffle_window", 2048)),
+        )
+
+    def example_batch(self, config, rows: int) -> dict[str, np.ndarray]:
+        return empty_batch(rows)
+
+    def pad_batch(self, local, rows: int) -> dict[str, np.ndarray]:
+        return pad_rows(local, rows)
+
+    def validation_means(self, sums, weights) -> dict[str, float]:
+        return validation_means(sums, weights)
+
+    def config_from_dict(self, data: Mapping[str, Any]) -> BoardConfig:
+        return BoardConfig.from_dict(dict(data))
+
+    def restore_config(self, config: BoardConfig, saved: BoardConfig) -> BoardConfig:
+        return config  # one layer layout
+
+    def checkpoint_params(self, params: Mapping, model_config: BoardConfig) -> dict:
+        return dict(params)  # one layer layout
 
 
-def build_model(model_config: BoardConfig, seed: int) -> BoardTransformer:
-    from flax import nnx
-
-    return BoardTransformer(model_config, rngs=nnx.Rngs(seed))
-
-
-def data_iterator(
-    config,
-    split: str,
-    *,
-    local_batch: int,
-    shard_index: int,
-    shard_count: int,
-    augment: bool,
-    num_epochs=None,
-    seed: int | None = None,
-):
-    """The trainer's data hook: board batches; the curriculum only for training."""
-    from allie_jax.data.board_pipeline import make_board_iterator
-
-    del augment  # the board examples have no augmentation
-    return make_board_iterator(
-        config.data.data_dir,
-        split,
-        batch_size=local_batch,
-        seed=int(config.data.seed if seed is None else seed),
-        shard_index=shard_index,
-        shard_count=shard_count,
-        num_epochs=num_epochs,
-        curriculum=bool(config.data.get("curriculum", False)) and split == "train",
-        shuffle_window=int(config.data.get("shuffle_window", 2048)),
-    )
+FAMILY = BoardFamily()

@@ -64,7 +64,7 @@ from flax import nnx
 from allie_jax import vocab
 from allie_jax.model import sharding as sh
 from allie_jax.model.config import NamedConfig
-from allie_jax.model.transformer import MLP, Attention, LayerNorm, _param, soft_elo
+from allie_jax.model.transformer import MLP, Attention, LayerNorm, param, soft_elo
 
 Array = jax.Array
 _zeros = jax.nn.initializers.zeros
@@ -282,7 +282,7 @@ class BoardBlock(nnx.Module):
 
 
 def _table(rngs: nnx.Rngs, rows: int, cfg: BoardConfig, std: float = 0.02) -> nnx.Param:
-    return _param(rngs, _normal(std), (rows, cfg.embed_dim), (None, sh.EMBED), cfg.parameter_dtype)
+    return param(rngs, _normal(std), (rows, cfg.embed_dim), (None, sh.EMBED), cfg.parameter_dtype)
 
 
 class BoardTransformer(nnx.Module):
@@ -299,39 +299,39 @@ class BoardTransformer(nnx.Module):
             self.piece_type = _table(rngs, 7, cfg)  # empty + 6 types
             self.piece_colour = _table(rngs, 2, cfg)  # White / Black (own / enemy when flipped)
         self.square_pos = _table(rngs, 64, cfg)
-        self.relative_bias = _param(
+        self.relative_bias = param(
             rngs, _zeros, (cfg.num_heads, 15 * 15), (sh.HEADS, None), jnp.float32
         )
         if not cfg.flip:
             self.side = _table(rngs, 2, cfg)
-        self.castling = _param(rngs, _normal(0.02), (4, 2, d), (None, None, sh.EMBED), pd)
+        self.castling = param(rngs, _normal(0.02), (4, 2, d), (None, None, sh.EMBED), pd)
         self.ep_available = _table(rngs, 2, cfg)
-        self.ep_file = _param(rngs, _normal(0.02), (8, 2, d), (None, None, sh.EMBED), pd)
+        self.ep_file = param(rngs, _normal(0.02), (8, 2, d), (None, None, sh.EMBED), pd)
         self.repetition = _table(rngs, 4, cfg)
         self.halfmove = _table(rngs, cfg.halfmove_degree, cfg)
-        self.fullmove = _param(rngs, _normal(0.02), (16,), (None,), pd)
-        self.fullmove_matrix = _param(rngs, _normal(0.25), (16, d), (None, sh.EMBED), pd)
+        self.fullmove = param(rngs, _normal(0.02), (16,), (None,), pd)
+        self.fullmove_matrix = param(rngs, _normal(0.25), (16, d), (None, sh.EMBED), pd)
         if cfg.use_elo:
             self.elo_embed = _table(rngs, 2, cfg)  # rows: strong, weak (transformer.soft_elo)
             self.elo_unknown = _table(rngs, 1, cfg)
             self.elo_role = _table(rngs, 2, cfg)  # White / Black (mover / opponent)
         self.no_move = _table(rngs, 1, cfg)
-        self.uci = _param(rngs, _normal(0.02), (vocab.NUM_MOVES, d), (sh.VOCAB, sh.EMBED), pd)
+        self.uci = param(rngs, _normal(0.02), (vocab.NUM_MOVES, d), (sh.VOCAB, sh.EMBED), pd)
         self.prob_scale = _table(rngs, 1, cfg)
         self.rank = _table(rngs, NUM_CANDIDATES, cfg)
         self.embed_dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
         self.blocks = nnx.List([BoardBlock(cfg, rngs) for _ in range(cfg.num_layers)])
         self.ln_f = LayerNorm(cfg, rngs)
-        self.policy_head = _param(
+        self.policy_head = param(
             rngs, _normal(0.02), (d, vocab.NUM_MOVES), (sh.EMBED, sh.VOCAB), pd
         )
-        self.policy_bias = _param(rngs, _zeros, (vocab.NUM_MOVES,), (sh.VOCAB,), pd)
-        self.rights_head = _param(rngs, _normal(0.02), (d, 13), (sh.EMBED, None), pd)
-        self.rights_bias = _param(rngs, _zeros, (13,), (None,), pd)
-        self.value_head = _param(rngs, _normal(0.02), (d, 1), (sh.EMBED, None), pd)
-        self.value_bias = _param(rngs, _zeros, (1,), (None,), pd)
-        self.choice_head = _param(rngs, _normal(0.02), (d, 1), (sh.EMBED, None), pd)
-        self.choice_bias = _param(rngs, _zeros, (1,), (None,), pd)
+        self.policy_bias = param(rngs, _zeros, (vocab.NUM_MOVES,), (sh.VOCAB,), pd)
+        self.rights_head = param(rngs, _normal(0.02), (d, 13), (sh.EMBED, None), pd)
+        self.rights_bias = param(rngs, _zeros, (13,), (None,), pd)
+        self.value_head = param(rngs, _normal(0.02), (d, 1), (sh.EMBED, None), pd)
+        self.value_bias = param(rngs, _zeros, (1,), (None,), pd)
+        self.choice_head = param(rngs, _normal(0.02), (d, 1), (sh.EMBED, None), pd)
+        self.choice_bias = param(rngs, _zeros, (1,), (None,), pd)
 
     # ------------------------------------------------------------------ tokens
     def _squares(self, squares: Array) -> Array:

@@ -37,7 +37,7 @@ from etils import epath
 from flax import nnx
 
 from allie_jax.data.paths import as_path, is_remote, local_copy
-from allie_jax.model import layer_layout
+from allie_jax.model import family as family_lib
 from allie_jax.model.config import ModelConfig
 from allie_jax.model.transformer import AllieModel
 
@@ -52,13 +52,10 @@ class CheckpointError(ValueError):
 
 
 # ---------------------------------------------------------------------------- building models
-def abstract_model(config: ModelConfig) -> AllieModel:
-    """A model whose parameters are shapes only (no memory, no random init)."""
-    if getattr(config, "family", None) == "board":  # the board-state family (BoardConfig)
-        from allie_jax.model.board_transformer import BoardTransformer
-
-        return nnx.eval_shape(lambda: BoardTransformer(config, rngs=nnx.Rngs(0)))
-    return nnx.eval_shape(lambda: AllieModel(config, rngs=nnx.Rngs(0)))
+def abstract_model(config: Any) -> Any:
+    """A model of ``config``'s family whose parameters are shapes only (no memory, no init)."""
+    family = family_lib.of_model_config(config)
+    return nnx.eval_shape(lambda: family.build(config, 0))
 
 
 def abstract_params(config: ModelConfig) -> dict:
@@ -75,9 +72,10 @@ def model_from_params(config: ModelConfig, params: Mapping, *, seed: int = 0) ->
     """
     model = abstract_model(config)
     state = nnx.state(model, nnx.Param)
-    params = _int_keys(params)
-    if hasattr(config, "scan_layers"):  # the decoder family (the board family has one layout)
-        params = _in_layout(params, config)
+    try:
+        params = family_lib.of_model_config(config).checkpoint_params(_int_keys(params), config)
+    except ValueError as err:
+        raise CheckpointError(str(err)) from None
     expected = flatten_params(state.to_pure_dict(), to_numpy=False)
     got = flatten_params(params, to_numpy=False)
     if set(expected) != set(got):
@@ -97,16 +95,6 @@ def model_from_params(config: ModelConfig, params: Mapping, *, seed: int = 0) ->
     nnx.update(model, state)
     _materialise_rngs(model, seed)
     return model
-
-
-def _in_layout(params: Mapping, config: ModelConfig) -> dict:
-    """``params`` restacked to ``config``'s layer layout; a clear error when it is neither."""
-    try:
-        return layer_layout.to_layout(
-            params, scan_layers=config.scan_layers, num_layers=config.num_layers
-        )
-    except layer_layout.LayerLayoutError as err:
-        raise CheckpointError(f"parameters do not fit the config: {err}") from None
 
 
 def _materialise_rngs(model: AllieModel, seed: int) -> None:
@@ -177,30 +165,13 @@ def save_model(model: AllieModel, path: str | os.PathLike) -> pathlib.Path | epa
     return path if is_remote(path) else pathlib.Path(path)
 
 
-def config_from_json(data: Mapping[str, Any], *, source: str = "config") -> ModelConfig:
-    """A ModelConfig from a model dir's config.json or a training run's.
-
-    Accepted: the ModelConfig fields themselves; or a ``"model"`` entry holding either those
-    fields, a size name (``"allie_medium"``), or ``{"size": name, **overrides}``.
-    """
-    if data.get("family") == "board":  # a BoardConfig (allie_jax/model/board_transformer.py)
-        from allie_jax.model.board_transformer import BoardConfig
-
-        return BoardConfig.from_dict(dict(data))
-    fields = set(ModelConfig.__dataclass_fields__)
-    if data and set(data) <= fields:
-        return ModelConfig.from_dict(dict(data))
-    model = data.get("model")
-    if isinstance(model, str):
-        return ModelConfig.named(model)
-    if isinstance(model, Mapping):
-        model = dict(model)
-        size = model.pop("size", None) or model.pop("name", None)
-        overrides = {k: v for k, v in model.items() if k in fields}
-        return ModelConfig.named(size, **overrides) if size else ModelConfig.from_dict(overrides)
-    raise CheckpointError(
-        f"{source}: no model configuration (ModelConfig fields or a 'model' entry)"
-    )
+def config_from_json(data: Mapping[str, Any], *, source: str = "config") -> Any:
+    """The frozen model config of a model dir's or a training run's ``config.json``, read by
+    the family it names (``family``; the decoder's files have none)."""
+    try:
+        return family_lib.of_json(data).config_from_dict(data)
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{source}: {err}") from None
 
 
 def _read_config(path: epath.Path) -> ModelConfig:
@@ -319,9 +290,7 @@ def load_model(
     if config_overrides:
         config = type(config).from_dict({**config.to_dict(), **config_overrides})
     # Restore in the layout the checkpoint was written in; model_from_params restacks it.
-    as_saved = config
-    if hasattr(saved, "scan_layers"):
-        as_saved = dataclasses.replace(config, scan_layers=saved.scan_layers)
+    as_saved = family_lib.of_model_config(config).restore_config(config, saved)
     if (path / PARAMS_DIR).exists():
         params = ocp.StandardCheckpointer().restore(path / PARAMS_DIR, abstract_params(as_saved))
     elif (path / CHECKPOINTS_DIR).exists():
@@ -384,5 +353,5 @@ def load_safetensors(path: str | os.PathLike) -> AllieModel:
         meta = f.metadata() or {}
     if "config" not in meta:
         raise CheckpointError(f"{path}: no 'config' in the safetensors metadata")
-    config = ModelConfig.from_dict(json.loads(meta["config"]))
+    config = config_from_json(json.loads(meta["config"]), source=str(path))
     return model_from_params(config, unflatten_params(load_file(local)))

@@ -59,7 +59,7 @@ class ModelOutputs:
     value: Array  # float32 [B, T], tanh, White's view
 
 
-def _param(
+def param(
     rngs: nnx.Rngs,
     init,
     shape: Sequence[int],
@@ -84,8 +84,8 @@ class LayerNorm(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         d, pd = cfg.embed_dim, cfg.parameter_dtype
-        self.scale = _param(rngs, _ones, (d,), (sh.EMBED,), pd)
-        self.bias = _param(rngs, _zeros, (d,), (sh.EMBED,), pd)
+        self.scale = param(rngs, _ones, (d,), (sh.EMBED,), pd)
+        self.bias = param(rngs, _zeros, (d,), (sh.EMBED,), pd)
         self.eps = cfg.layer_norm_eps
         self.dtype = cfg.compute_dtype
 
@@ -104,16 +104,16 @@ class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         d, n, h, pd = cfg.embed_dim, cfg.num_heads, cfg.head_dim, cfg.parameter_dtype
         w = _normal(0.02)
-        self.query = _param(rngs, w, (d, n, h), (sh.EMBED, sh.HEADS, sh.HEAD_DIM), pd)
-        self.key = _param(rngs, w, (d, n, h), (sh.EMBED, sh.HEADS, sh.HEAD_DIM), pd)
-        self.value = _param(rngs, w, (d, n, h), (sh.EMBED, sh.HEADS, sh.HEAD_DIM), pd)
-        self.query_bias = _param(rngs, _zeros, (n, h), (sh.HEADS, sh.HEAD_DIM), pd)
-        self.key_bias = _param(rngs, _zeros, (n, h), (sh.HEADS, sh.HEAD_DIM), pd)
-        self.value_bias = _param(rngs, _zeros, (n, h), (sh.HEADS, sh.HEAD_DIM), pd)
+        self.query = param(rngs, w, (d, n, h), (sh.EMBED, sh.HEADS, sh.HEAD_DIM), pd)
+        self.key = param(rngs, w, (d, n, h), (sh.EMBED, sh.HEADS, sh.HEAD_DIM), pd)
+        self.value = param(rngs, w, (d, n, h), (sh.EMBED, sh.HEADS, sh.HEAD_DIM), pd)
+        self.query_bias = param(rngs, _zeros, (n, h), (sh.HEADS, sh.HEAD_DIM), pd)
+        self.key_bias = param(rngs, _zeros, (n, h), (sh.HEADS, sh.HEAD_DIM), pd)
+        self.value_bias = param(rngs, _zeros, (n, h), (sh.HEADS, sh.HEAD_DIM), pd)
         # GPT-2 scales residual projections by 1/sqrt(2 · layers) at init.
         w_out = _normal(0.02 / math.sqrt(2 * cfg.num_layers))
-        self.out = _param(rngs, w_out, (n, h, d), (sh.HEADS, sh.HEAD_DIM, sh.EMBED), pd)
-        self.out_bias = _param(rngs, _zeros, (d,), (sh.EMBED,), pd)
+        self.out = param(rngs, w_out, (n, h, d), (sh.HEADS, sh.HEAD_DIM, sh.EMBED), pd)
+        self.out_bias = param(rngs, _zeros, (d,), (sh.EMBED,), pd)
         self.dtype = cfg.compute_dtype
         # Masked paths (cache, search) only use cuDNN when asked for explicitly.
         self.impl = "cudnn" if cfg.attention_impl == "cudnn" else "xla"
@@ -180,11 +180,11 @@ class Attention(nnx.Module):
 class MLP(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         d, f, pd = cfg.embed_dim, cfg.hidden_dim, cfg.parameter_dtype
-        self.fc = _param(rngs, _normal(0.02), (d, f), (sh.EMBED, sh.MLP), pd)
-        self.fc_bias = _param(rngs, _zeros, (f,), (sh.MLP,), pd)
+        self.fc = param(rngs, _normal(0.02), (d, f), (sh.EMBED, sh.MLP), pd)
+        self.fc_bias = param(rngs, _zeros, (f,), (sh.MLP,), pd)
         w_out = _normal(0.02 / math.sqrt(2 * cfg.num_layers))
-        self.proj = _param(rngs, w_out, (f, d), (sh.MLP, sh.EMBED), pd)
-        self.proj_bias = _param(rngs, _zeros, (d,), (sh.EMBED,), pd)
+        self.proj = param(rngs, w_out, (f, d), (sh.MLP, sh.EMBED), pd)
+        self.proj_bias = param(rngs, _zeros, (d,), (sh.EMBED,), pd)
         self.dtype = cfg.compute_dtype
 
     def __call__(self, x: Array) -> Array:
@@ -305,20 +305,20 @@ class AllieModel(nnx.Module):
         rngs = rngs if rngs is not None else nnx.Rngs(0)
         cfg = self.config = config
         d, pd = cfg.embed_dim, cfg.parameter_dtype
-        self.wte = _param(rngs, _normal(0.02), (cfg.vocab_size, d), (sh.VOCAB, sh.EMBED), pd)
-        self.wpe = _param(rngs, _normal(0.01), (cfg.max_len, d), (None, sh.EMBED), pd)
+        self.wte = param(rngs, _normal(0.02), (cfg.vocab_size, d), (sh.VOCAB, sh.EMBED), pd)
+        self.wpe = param(rngs, _normal(0.01), (cfg.max_len, d), (None, sh.EMBED), pd)
         # Row 0 is the strong end (weight a), row 1 the weak end (1 − a), as in the released code.
-        self.elo_embed = _param(rngs, _normal(0.02), (2, d), (None, sh.EMBED), pd)
+        self.elo_embed = param(rngs, _normal(0.02), (2, d), (None, sh.EMBED), pd)
         self.embed_dropout = nnx.Dropout(cfg.embedding_dropout, rngs=rngs)  # GPT-2's embd_pdrop
         if cfg.scan_layers:
             self.layers = stacked_blocks(cfg, rngs)  # layers.attn.query[i] = blocks.{i}.attn.query
         else:
             self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
         self.ln_f = LayerNorm(cfg, rngs)
-        self.value_head = _param(rngs, _normal(0.02), (d, 1), (sh.EMBED, None), pd)
-        self.value_bias = _param(rngs, _zeros, (1,), (None,), pd)
-        self.time_head = _param(rngs, _normal(0.02), (d, 1), (sh.EMBED, None), pd)
-        self.time_bias = _param(rngs, _zeros, (1,), (None,), pd)
+        self.value_head = param(rngs, _normal(0.02), (d, 1), (sh.EMBED, None), pd)
+        self.value_bias = param(rngs, _zeros, (1,), (None,), pd)
+        self.time_head = param(rngs, _normal(0.02), (d, 1), (sh.EMBED, None), pd)
+        self.time_bias = param(rngs, _zeros, (1,), (None,), pd)
 
     # ------------------------------------------------------------------ pieces shared by all paths
     def layer_blocks(self) -> list[Block]:

@@ -24,8 +24,7 @@ from flax import nnx
 
 from allie_jax.data import shards
 from allie_jax.data.paths import as_path
-from allie_jax.data.pipeline import make_iterator
-from allie_jax.model import AllieModel, ModelConfig, board_family
+from allie_jax.model import family as family_lib
 from allie_jax.train import distributed, programs
 from allie_jax.train import sharding as shd
 from allie_jax.train.checkpoints import Checkpointer
@@ -49,8 +48,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["NonFiniteLossError", "TrainResult", "train_and_evaluate", "write_summary"]
 
-SCRATCH = "scratch"  # --config.model.init_from_gpt2=scratch: random initial weights
-
 
 @dataclasses.dataclass
 class TrainResult:
@@ -66,42 +63,9 @@ class TrainResult:
     log_file: str = ""
 
 
-OPTIONAL_MODEL_FIELDS = (
-    "attention_impl",
-    "remat",
-    "scan_layers",
-    "max_segments_per_row",
-    "embd_pdrop",
-    "resid_pdrop",
-    "attn_pdrop",
-)
-
-
-def model_config_from(config: ml_collections.ConfigDict) -> ModelConfig:
-    if board_family.is_board(config):  # the board-state family (model.family = "board")
-        return board_family.model_config_from(config)
-    model = config.model
-    # Fields a config may leave out or unset take ModelConfig's own defaults (one copy of them).
-    overrides = {key: model[key] for key in OPTIONAL_MODEL_FIELDS if model.get(key) is not None}
-    return ModelConfig.named(
-        model.name, dtype=model.dtype, dropout=float(model.dropout), **overrides
-    )
-
-
-def gpt2_init_path(config: ml_collections.ConfigDict) -> str | None:
-    """The GPT-2 file to start from, or None for random weights.
-
-    Configs that must not train from random weights by accident (``allie_medium``) leave the field
-    unset; the run then stops and asks for a path or ``scratch``.
-    """
-    value = config.model.init_from_gpt2
-    if value is None:
-        raise ValueError(
-            f"config.model.init_from_gpt2 is required for {config.model.name}: pass "
-            "--config.model.init_from_gpt2=/path/to/gpt2-medium/model.safetensors (the paper's "
-            f"start) or --config.model.init_from_gpt2={SCRATCH} (random weights)"
-        )
-    return None if value in ("", SCRATCH) else str(value)
+def model_config_from(config: ml_collections.ConfigDict) -> Any:
+    """The frozen model config of ``config``'s family (errors name an unused or bad field)."""
+    return family_lib.of_config(config).model_config(config)
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
@@ -110,27 +74,21 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
         raise ValueError(
             "config.data.data_dir is empty: pass --data_dir (output of launch.prepare_data)"
         )
+    family = family_lib.of_config(config)
+    family_lib.check_loss_weights(config, family)
     # prepare_data's DATA_DIR/train or a TFDS build; FileNotFoundError says what to run.
     shards.find_shards(config.data.data_dir, "train")
-    gpt2 = gpt2_init_path(config)
-    if gpt2 and not as_path(gpt2).is_file():
-        raise FileNotFoundError(f"config.model.init_from_gpt2 names a missing file: {gpt2}")
+    family.preflight(config, jax.default_backend())
     # The batch rules the compile check applies to devices it does not have (one copy).
     programs.check_batch(config, jax.device_count(), jax.process_count())
-    # Raises on an unknown size, dtype, attention_impl or remat, and on attention dropout with a
-    # kernel that has none.
-    model_config = model_config_from(config)
-    if hasattr(model_config, "check_attention_dropout"):
-        model_config.check_attention_dropout(jax.default_backend())
 
 
-def create_sharded_state(model_config: ModelConfig, config, mesh, tx, init_params=None):
+def create_sharded_state(model_config: Any, config, mesh, tx, init_params=None):
     """Initialise parameters directly into their shardings (no full copy on one device)."""
+    family = family_lib.of_model_config(model_config)
 
     def build():
-        if board_family.is_board(config):
-            return board_family.build_model(model_config, int(config.train.seed))
-        return AllieModel(model_config, rngs=nnx.Rngs(int(config.train.seed)))
+        return family.build(model_config, int(config.train.seed))
 
     abstract = nnx.eval_shape(build)
     graphdef, abs_params, abs_rest = nnx.split(abstract, nnx.Param, ...)
@@ -158,32 +116,15 @@ def state_shardings_of(state: TrainState):
 def _data_iterator(
     config, split: str, *, local_batch: int, augment: bool, num_epochs=None, seed=None
 ):
-    if board_family.is_board(config):
-        return board_family.data_iterator(
-            config,
-            split,
-            local_batch=local_batch,
-            shard_index=jax.process_index(),
-            shard_count=jax.process_count(),
-            augment=augment,
-            num_epochs=num_epochs,
-            seed=seed,
-        )
-    train = split == "train"
-    return make_iterator(
-        config.data.data_dir,
+    return family_lib.of_config(config).data_iterator(
+        config,
         split,
-        batch_size=local_batch,
-        seq_len=int(config.data.seq_len),
-        seed=int(config.data.seed if seed is None else seed),
+        local_batch=local_batch,
         shard_index=jax.process_index(),
         shard_count=jax.process_count(),
         augment=augment,
         num_epochs=num_epochs,
-        worker_count=int(config.data.get("worker_count", 0)) if train else 0,
-        # One segment slot of the cuDNN kernel's static layout stays for the padding run.
-        max_games_per_row=model_config_from(config).max_segments_per_row - 1,
-        worker_buffer_size=int(config.data.get("worker_buffer_size", 1)),
+        seed=seed,
     )
 
 
@@ -199,38 +140,28 @@ class Trainer:
     mesh: Any
 
 
-def build_trainer(config, model_config: ModelConfig, mesh) -> Trainer:
+def build_trainer(config, model_config: Any, mesh) -> Trainer:
+    family = family_lib.of_model_config(model_config)
     tx = make_optimizer(config.train)
-    init_params = None
-    path = gpt2_init_path(config)
-    if path:
-        from allie_jax.convert.gpt2 import gpt2_to_params, read_safetensors
-
-        init_params = gpt2_to_params(
-            read_safetensors(path), model_config, seed=int(config.train.seed), source=path
-        )
+    init_params = family.init_params(config, model_config)
     graphdef, state = create_sharded_state(model_config, config, mesh, tx, init_params)
-    board = board_family.is_board(config)
-    forward_loss = board_family.forward_loss if board else None
-    eval_sums = board_family.eval_sums if board else None
     state_sh = state_shardings_of(state)
     # The same jitted programs launch.compile_check compiles for accelerators (train/programs.py).
-    train_step = programs.jit_train_step(config, graphdef, tx, state_sh, mesh, forward_loss)
-    eval_step = programs.jit_eval_step(graphdef, state_sh, mesh, eval_sums)
+    train_step = programs.jit_train_step(config, graphdef, tx, state_sh, mesh, family.forward_loss)
+    eval_step = programs.jit_eval_step(graphdef, state_sh, mesh, family.eval_sums)
     return Trainer(graphdef, state, train_step, eval_step, shd.batch_sharding(mesh), mesh)
 
 
 def build_validator(config, trainer: Trainer, local_batch: int) -> Validator:
-    if board_family.is_board(config):
-        return board_family.build_validator(config, trainer, local_batch, _data_iterator)
+    family = family_lib.of_config(config)
     return Validator(
         lambda: _data_iterator(config, "val", local_batch=local_batch, augment=False, num_epochs=1),
         trainer.eval_step,
         trainer.batch_sharding,
-        rows=local_batch,
-        seq_len=int(config.data.seq_len),
+        family=family,
+        empty=family.example_batch(config, local_batch),
         max_batches=int(config.train.eval_batches),
-        weights=tuple(config.train.loss_weights),
+        weights=family_lib.check_loss_weights(config, family),
     )
 
 
@@ -313,14 +244,10 @@ def _train(config, workdir: epath.Path, log_file: str) -> TrainResult:
         (workdir / "train_config.json").write_text(config.to_json_best_effort(indent=2))
 
     mesh = shd.mesh_from_config(config.mesh)
-    gpt2 = gpt2_init_path(config)
     console.say(f"workdir {workdir}  (checkpoints/, best/, metrics.jsonl, tensorboard/)")
     console.say(f"library log {log_file}")
-    console.say(
-        f"model {config.model.name}, {'GPT-2 weights from ' + gpt2 if gpt2 else 'random initial weights (scratch)'}, "
-        f"attention {model_config.resolved_attention_impl(jax.default_backend())}, remat {model_config.remat}; "
-        f"mesh {dict(mesh.shape)} over {jax.process_count()} process(es)"
-    )
+    described = family_lib.of_config(config).describe(config, model_config, jax.default_backend())
+    console.say(f"{described}; mesh {dict(mesh.shape)} over {jax.process_count()} process(es)")
     trainer = build_trainer(config, model_config, mesh)
     state = trainer.state
     num_params = count_params(state.params)

@@ -27,10 +27,6 @@ from allie_jax.train.distributed import preemption_sync_available
 EXIT_PREEMPTED = 75
 
 
-class Preempted(RuntimeError):
-    """Raised by ``launch.train`` paths that want an exception rather than a status."""
-
-
 class PreemptionWatch:
     """``reached(step)`` is True at the same step on every process once any got SIGTERM.
 

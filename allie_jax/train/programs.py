@@ -26,8 +26,7 @@ import ml_collections
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 
-from allie_jax.data.synthetic import synthetic_batch
-from allie_jax.model import AllieModel, ModelConfig, board_family
+from allie_jax.model import family as family_lib
 from allie_jax.train import sharding as shd
 from allie_jax.train.optimizer import learning_rate_schedule, make_optimizer
 from allie_jax.train.state import init_train_state
@@ -78,11 +77,11 @@ def with_sharding(tree: Any, shardings: Any) -> Any:
 
 
 def abstract_batch(config: ml_collections.ConfigDict, rows: int, sharding) -> dict:
-    """The pipeline's batch layout (``data.synthetic``'s keys and dtypes) for ``rows`` rows."""
-    seq_len = int(config.data.seq_len)
+    """The pipeline's batch layout (the family's keys and dtypes) for ``rows`` rows."""
+    example = family_lib.of_config(config).example_batch(config, 1)
     return {
         k: jax.ShapeDtypeStruct((rows,) + v.shape[1:], v.dtype, sharding=sharding)
-        for k, v in synthetic_batch(1, seq_len).items()
+        for k, v in example.items()
     }
 
 
@@ -94,14 +93,11 @@ def replicate_unsharded(shardings: Any, mesh: Mesh) -> Any:
     )
 
 
-def abstract_state(model_config: ModelConfig, config, mesh: Mesh, tx) -> tuple[Any, Any, int]:
+def abstract_state(model_config: Any, config, mesh: Mesh, tx) -> tuple[Any, Any, int]:
     """(graphdef, abstract TrainState with shardings, parameter count) for ``mesh``."""
-    if board_family.is_board(config):
-        raise ValueError(
-            "config.model.family=board: the compile check covers the decoder family only"
-        )
     seed = int(config.train.seed)
-    abstract = nnx.eval_shape(lambda: AllieModel(model_config, rngs=nnx.Rngs(seed)))
+    family = family_lib.of_model_config(model_config)
+    abstract = nnx.eval_shape(lambda: family.build(model_config, seed))
     graphdef, abs_params, abs_rest = nnx.split(abstract, nnx.Param, ...)
     params = with_sharding(abs_params, shd.state_shardings(abs_params, mesh))
     rest = jax.tree.map(
@@ -144,19 +140,20 @@ def jit_eval_step(graphdef, state_sh, mesh: Mesh, eval_sums: Callable | None):
     )
 
 
-def build_abstract_programs(config, model_config: ModelConfig, mesh: Mesh) -> AbstractPrograms:
+def build_abstract_programs(config, model_config: Any, mesh: Mesh) -> AbstractPrograms:
     """The train and eval steps of ``config`` on ``mesh`` with abstract, sharded arguments.
 
     Batches are ``train.batch_size`` rows of ``data.seq_len`` tokens for both steps (the
     validator feeds each process its share of the same global batch).
     """
+    family = family_lib.of_model_config(model_config)
     tx = make_optimizer(config.train)
     graphdef, state, num_params = abstract_state(model_config, config, mesh, tx)
     state_sh = jax.tree.map(lambda x: x.sharding, state)
     batch = abstract_batch(config, int(config.train.batch_size), shd.batch_sharding(mesh))
     return AbstractPrograms(
-        train_step=jit_train_step(config, graphdef, tx, state_sh, mesh, None),
-        eval_step=jit_eval_step(graphdef, state_sh, mesh, None),
+        train_step=jit_train_step(config, graphdef, tx, state_sh, mesh, family.forward_loss),
+        eval_step=jit_eval_step(graphdef, state_sh, mesh, family.eval_sums),
         state=state,
         batch=batch,
         num_params=num_params,

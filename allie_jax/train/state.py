@@ -12,7 +12,6 @@ import flax
 import jax
 import jax.numpy as jnp
 import optax
-from flax import nnx
 
 
 @flax.struct.dataclass
@@ -21,11 +20,6 @@ class TrainState:
     params: Any  # nnx.State of nnx.Param
     rest: Any  # nnx.State of everything else (dropout RNG counters)
     opt_state: optax.OptState
-
-
-def split_model(model: nnx.Module):
-    """(graphdef, params, rest): the static structure and the two kinds of state."""
-    return nnx.split(model, nnx.Param, ...)
 
 
 def init_train_state(params, rest, tx: optax.GradientTransformation) -> TrainState:

@@ -10,35 +10,14 @@ the same number of batches, the largest count any of them has (capped at ``eval_
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from allie_jax.data.synthetic import synthetic_batch
-from allie_jax.model.losses import combine
 from allie_jax.train.feed import global_batch
-
-TERMS = ("policy_loss", "policy_accuracy", "time_loss", "value_loss")
-
-
-def pad_rows(local: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
-    """``local`` with all-zero rows appended up to ``rows`` (segment 0, every mask 0)."""
-    have = len(local["inputs"])
-    if have > rows:
-        raise ValueError(f"a validation batch has {have} rows, more than the {rows} expected")
-    return {
-        k: np.concatenate([v, np.zeros((rows - have,) + v.shape[1:], v.dtype)])
-        if have < rows
-        else v
-        for k, v in local.items()
-    }
-
-
-def empty_batch(rows: int, seq_len: int) -> dict[str, np.ndarray]:
-    """An all-padding batch with the pipeline's keys and dtypes (for a host out of val data)."""
-    return {k: np.zeros_like(v) for k, v in synthetic_batch(rows, seq_len).items()}
 
 
 def agreed_count(local_count: int) -> int:
@@ -49,19 +28,13 @@ def agreed_count(local_count: int) -> int:
     return int(np.max(counts))
 
 
-def means_from_sums(sums: Mapping[str, float], weights: Sequence[float]) -> dict[str, float]:
-    """Per-label means of every term and the weighted loss, from ``losses.loss_sums`` totals."""
-    means = {t: float(sums[f"{t}_sum"]) / max(float(sums[f"{t}_count"]), 1.0) for t in TERMS}
-    means["loss"] = float(combine(means, weights))
-    means["policy_tokens"] = float(sums["policy_loss_count"])
-    return means
-
-
 class Validator:
     """``validator(state) -> metrics``: the mean of every loss term over the first batches of val.
 
     ``open_iterator()`` returns a fresh one-epoch iterator over this process's val shard of
-    ``rows``-row batches, or raises FileNotFoundError / ValueError when there is none.
+    batches of at most ``len(empty)`` rows, or raises FileNotFoundError / ValueError when there
+    is none. ``empty`` is a whole all-padding batch (``family.example_batch``); the family pads
+    short batches (``pad_batch``) and turns the summed ``eval_sums`` into means.
     """
 
     def __init__(
@@ -70,15 +43,18 @@ class Validator:
         eval_step,
         sharding,
         *,
-        rows: int,
-        seq_len: int,
+        family: Any,
+        empty: Mapping[str, np.ndarray],
         max_batches: int,
         weights: Sequence[float],
     ):
         self._open = open_iterator
         self._eval_step = eval_step
         self._sharding = sharding
-        self.rows, self.seq_len, self.max_batches = int(rows), int(seq_len), int(max_batches)
+        self._family = family
+        self._empty = dict(empty)
+        self.rows = len(next(iter(self._empty.values())))
+        self.max_batches = int(max_batches)
         self.weights = tuple(weights)
         self.num_batches: int | None = None
 
@@ -103,7 +79,7 @@ class Validator:
         totals = None
         for _ in range(count):
             rows = next(local, None)
-            rows = empty_batch(self.rows, self.seq_len) if rows is None else rows
-            sums = self._eval_step(state, global_batch(pad_rows(rows, self.rows), self._sharding))
+            rows = self._empty if rows is None else self._family.pad_batch(rows, self.rows)
+            sums = self._eval_step(state, global_batch(rows, self._sharding))
             totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-        return means_from_sums(jax.device_get(totals), self.weights)
+        return self._family.validation_means(jax.device_get(totals), self.weights)
