@@ -42,7 +42,7 @@ import numpy as np
 from etils import epath
 
 from allie_jax import vocab
-from allie_jax.eval import metrics, records, stream
+from allie_jax.eval import game_index, metrics, records, stream
 from allie_jax.eval.positions import (
     GamePositions,
     clock_before_moves,
@@ -59,7 +59,9 @@ from allie_jax.pgn import ParseStats
 SYSTEMS = ("policy", "greedy", "search", "adaptive")
 THINK_TIME_EDGES = (0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30, 45, 60)
 # Settings that do not change a single record byte (so a restart may change them).
-_RUN_ONLY = ("progress", "plots", "shard_index", "records_dir", "baseline", "cluster")
+_RUN_ONLY = (
+    "progress", "plots", "shard_index", "records_dir", "baseline", "cluster", "index_dir",
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +91,9 @@ class EvalConfig:
     plots: bool = True
     baseline: str | None = None  # compare every system with this one too (paired, same positions)
     cluster: str = "game"  # the report's bootstrap unit: "game" or "player"
+    # where the job's byte-offset index of the games lives (default RECORDS/index; "none": every
+    # task streams the whole input, as it must for compressed input)
+    index_dir: str | None = None
 
     def __post_init__(self) -> None:
         from allie_jax.eval.summarize import CLUSTERS
@@ -369,22 +374,33 @@ def _load(checkpoint) -> tuple[object | None, str | None]:
     return checkpoint, type(checkpoint).__name__
 
 
-def plan_subsamples(
-    systems: Sequence[System], games_path, cfg: EvalConfig, max_len: int
-) -> dict[str, tuple]:
-    """``{system name: (eligible, Selection)}`` for every subsample system: the search positions
-    (``search_positions``) and Stockfish's (``stockfish_positions``), each chosen over the whole
-    input by one parse-only pass, so every shard takes its share of the same set."""
+def subsample_specs(systems: Sequence[System], cfg: EvalConfig, max_len: int) -> list:
+    """The subsamples the subsample systems need: the search positions (``search_positions``)
+    and Stockfish's (``stockfish_positions``)."""
+    from allie_jax.eval.game_index import SubsampleSpec
+
     wanted = {s.name for s in systems if s.subsample}
-    plan: dict[str, tuple] = {}
+    specs = []
     for names, eligible, count, salt in (
         (wanted - {"stockfish"}, search_eligible(cfg, max_len), cfg.search_count, "search"),
         (wanted & {"stockfish"}, value_eligible(max_len), cfg.stockfish_positions, "stockfish"),
     ):
         if names:
-            games = stream.game_stream(games_path, cfg.max_games, ParseStats())
-            sel = stream.choose(games, eligible, count, salt=salt, seed=cfg.seed)
-            plan.update({n: (eligible, sel) for n in names})
+            specs.append(SubsampleSpec(tuple(sorted(names)), salt, eligible, count))
+    return specs
+
+
+def plan_subsamples(
+    systems: Sequence[System], games_path, cfg: EvalConfig, max_len: int
+) -> dict[str, tuple]:
+    """``{system name: (eligible, Selection)}`` for every subsample system, each chosen over the
+    whole input by one parse-only pass, so every shard takes its share of the same set (the
+    streaming path; an indexed job chooses them in the index pass)."""
+    plan: dict[str, tuple] = {}
+    for spec in subsample_specs(systems, cfg, max_len):
+        games = stream.game_stream(games_path, cfg.max_games, ParseStats())
+        sel = stream.choose(games, spec.eligible, spec.count, salt=spec.salt, seed=cfg.seed)
+        plan.update({n: (spec.eligible, sel) for n in spec.names})
     return plan
 
 
@@ -462,28 +478,54 @@ def evaluate(
 
         systems.append(StockfishSystem(cfg.stockfish, nodes=cfg.stockfish_nodes))
 
+    root = _records_root(cfg, output_dir)
     stats = ParseStats()
-    games = stream.game_stream(games_path, cfg.max_games, stats)
-    first = next(games, None)  # an empty or unreadable input fails here, before anything is written
-    if first is None:
-        raise ValueError(f"no usable game in {games_path} (parse stats: {stats.to_dict()})")
-    games = itertools.chain([first], games)
-
     t = time.perf_counter()
-    plan = plan_subsamples(systems, games_path, cfg, max_len)
-    timings = {"selection_s": time.perf_counter() - t}
-    games_digest = file_digest(games_path) if games_file != "-" else "-"
-    timings["digest_s"] = time.perf_counter() - t - timings["selection_s"]
+    bytes_read = None
+    if (cfg.index_dir or "").lower() != "none" and game_index.indexable(games_path):
+        # one shared pass indexes the input; this task then reads only its own games
+        specs = subsample_specs(systems, cfg, max_len)
+        where = epath.Path(cfg.index_dir) if cfg.index_dir else root / "index"
+        gindex, index_bytes, built = game_index.shared_index(
+            games_path, where, cfg.max_games, specs, cfg.seed
+        )
+        if not gindex.game_ids:
+            raise ValueError(
+                f"no usable game in {games_path} (parse stats: {gindex.parse_stats()})"
+            )
+        eligible = {n: spec.eligible for spec in specs for n in spec.names}
+        plan = {n: (eligible[n], sel) for n, sel in gindex.selections().items()}
+        games_digest = gindex.digest
+        games, shard_bytes = game_index.shard_games(
+            games_path, gindex, num_shards, shard_index, ParseStats()
+        )
+        parse = gindex.parse_stats()
+        timings = {"index_s": time.perf_counter() - t}
+        split = (1, 0)  # the games are this shard's already
+
+        def bytes_read():
+            return {"index": index_bytes, "index_built": built, "games": shard_bytes()}
+    else:
+        games = stream.game_stream(games_path, cfg.max_games, stats)
+        first = next(games, None)  # an empty or unreadable input fails here, before any write
+        if first is None:
+            raise ValueError(f"no usable game in {games_path} (parse stats: {stats.to_dict()})")
+        games = itertools.chain([first], games)
+        plan = plan_subsamples(systems, games_path, cfg, max_len)
+        timings = {"selection_s": time.perf_counter() - t}
+        games_digest = file_digest(games_path) if games_file != "-" else "-"
+        timings["digest_s"] = time.perf_counter() - t - timings["selection_s"]
+        parse = None
+        split = (num_shards, shard_index)
 
     job = _job_settings(cfg, model, games_digest, systems, num_shards)
-    root = _records_root(cfg, output_dir)
     store = records.ShardStore(root, shard_index, num_shards, job)
     done = store.open()
     try:
         store.manifest["paths"] = {"checkpoint": checkpoint_name, "games_file": games_file}
         per_shard = -(-cfg.max_games // num_shards)
         with _progress(per_shard, f"shard {shard_index}/{num_shards}", cfg.progress) as bar:
-            for index, chunk in stream.chunks(games, num_shards, shard_index, cfg.chunk_games):
+            for index, chunk in stream.chunks(games, *split, cfg.chunk_games):
                 span = {"first_game": chunk[0].game_id, "last_game": chunk[-1].game_id}
                 if index < done:  # committed by an earlier run: the same games, or input changed
                     store.check_chunk(index, span)
@@ -498,9 +540,13 @@ def evaluate(
                 bar.update(len(chunk))
         if shard_index == 0:
             timings.update(_commit_extras(store, systems, model, cfg))
+        if parse is None:
+            parse = {"games_read": stats.games_read, "dropped": dict(stats.dropped)}
+        if bytes_read is not None:
+            store.manifest["input_bytes_read"] = bytes_read()
         store.finish(
             {
-                "parse": {"games_read": stats.games_read, "dropped": dict(stats.dropped)},
+                "parse": parse,
                 "timings_s": timings,
                 # the process's peak so far: the scoring's, bounded by one chunk
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,

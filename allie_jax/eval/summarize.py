@@ -628,7 +628,7 @@ def needed_columns(spec: Spec, filter: str | None) -> list[str] | None:
     ]  # fmt: skip
     if spec.cluster == "player":
         base += ["white", "black"]
-    fields = ["scored", "top_moves", "p_human", "num_sims"]
+    fields = ["scored", "top_moves", "top1", "p_human", "num_sims"]
     for s in dict.fromkeys([*spec.systems, "policy", "stockfish"]):
         base += [f"{s}.{f}" for f in fields]
     base += [f"policy.{f}" for f in ("top_legal", "invalid_mass", "think_time", "value", "resign")]

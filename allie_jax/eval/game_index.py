@@ -1,0 +1,263 @@
+"""A one-pass byte-offset index of a PGN file, shared by every task of an evaluation job.
+
+The first task to arrive builds it under a lock (``RECORDS/index/``); the others wait for it and
+read it. One pass over the input's bytes gives, for each of the first ``max_games`` usable games,
+its byte offset, length and id; the sha256 of every byte read (the job's identity of the games);
+the parse statistics; and the search / Stockfish subsamples (``stream.Selection``), chosen from
+the same pass. A task then seeks to its own games and reads only their bytes, so with N tasks
+each reads about 1/N of the input instead of all of it (twice with a subsample).
+
+Only uncompressed input can be indexed this way (a .zst or .bz2 stream cannot seek); compressed
+input and stdin are streamed as before by every task (``stream.game_stream``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import heapq
+import io
+import json
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from etils import epath
+
+from allie_jax.eval import stream
+from allie_jax.game import Game
+from allie_jax.pgn import ParseStats, read_games
+
+FORMAT = 1
+COMPRESSED = (".zst", ".bz2", ".gz", ".xz")
+
+
+def indexable(path) -> bool:
+    """An uncompressed file (local or remote) that can be read at byte offsets."""
+    text = str(path)
+    return text != "-" and not text.endswith(COMPRESSED)
+
+
+@dataclasses.dataclass
+class SubsampleSpec:
+    """A subsample to choose in the index pass: its salt, eligible plies, and size."""
+
+    names: tuple[str, ...]
+    salt: str
+    eligible: Callable[[Game], np.ndarray]
+    count: int | None
+
+
+def _game_texts(f) -> Iterator[tuple[int, bytes]]:
+    """``(offset, bytes)`` of each game in a binary PGN stream: a game starts at a header line
+    (``[``) that follows movetext or the start of the file."""
+    offset = 0
+    start = None
+    buf: list[bytes] = []
+    in_headers = False
+    for line in f:
+        stripped = line.lstrip()
+        is_header = stripped.startswith(b"[")
+        if is_header and not in_headers:
+            if start is not None and buf:
+                yield start, b"".join(buf)
+            start, buf = offset, []
+            in_headers = True
+        elif not is_header:  # movetext, or the blank line that ends a header block
+            in_headers = False
+        if start is not None:
+            buf.append(line)
+        offset += len(line)
+    if start is not None and buf:
+        yield start, b"".join(buf)
+
+
+def _parse_one(data: bytes, stats: ParseStats) -> Game | None:
+    games = list(read_games(io.StringIO(data.decode("utf-8", errors="replace")), stats=stats))
+    return games[0] if len(games) == 1 else None
+
+
+@dataclasses.dataclass
+class GameIndex:
+    """The index: where each usable game lies, and what the one pass learned."""
+
+    offsets: np.ndarray  # int64 byte offsets
+    lengths: np.ndarray  # int64 byte lengths
+    game_ids: list[str]
+    meta: dict  # digest, bytes, parse stats, selections
+
+    @property
+    def digest(self) -> str:
+        return self.meta["sha256"]
+
+    def selections(self) -> dict[str, stream.Selection]:
+        return {
+            name: stream.Selection(**sel) for name, sel in self.meta.get("selections", {}).items()
+        }
+
+    def parse_stats(self) -> dict:
+        return self.meta["parse"]
+
+
+def build(path, max_games: int, specs: Sequence[SubsampleSpec], seed: int) -> GameIndex:
+    """One pass over the file's bytes: offsets, ids, digest, parse statistics, subsamples."""
+    sha = hashlib.sha256()
+    stats = ParseStats()
+    offsets, lengths, ids = [], [], []
+    heaps: list[list[int]] = [[] for _ in specs]
+    totals = [0 for _ in specs]
+    total_bytes = 0
+    with epath.Path(path).open("rb") as raw:
+        f = _Hashing(raw, sha)
+        for offset, data in _game_texts(f):
+            if len(ids) >= max_games:
+                break
+            game = _parse_one(data, stats)
+            if game is None:
+                continue
+            offsets.append(offset)
+            lengths.append(len(data))
+            ids.append(game.game_id)
+            for j, spec in enumerate(specs):
+                if spec.count is None or spec.count == 0:
+                    continue
+                for i in spec.eligible(game):
+                    totals[j] += 1
+                    h = stream.position_hash(seed, spec.salt, game.game_id, int(i))
+                    if len(heaps[j]) < spec.count:
+                        heapq.heappush(heaps[j], -h)
+                    elif h < -heaps[j][0]:
+                        heapq.heapreplace(heaps[j], -h)
+        for piece in iter(lambda: f.read(8 << 20), b""):  # the rest, for the digest
+            del piece
+        total_bytes = f.count
+    selections = {}
+    for j, spec in enumerate(specs):
+        if spec.count is None:
+            sel = stream.Selection(spec.salt, seed, None, -1)
+        elif spec.count == 0:
+            sel = stream.Selection(spec.salt, seed, -1, 0)
+        elif totals[j] <= spec.count:
+            sel = stream.Selection(spec.salt, seed, None, totals[j])
+        else:
+            sel = stream.Selection(spec.salt, seed, -heaps[j][0], spec.count)
+        for name in spec.names:
+            selections[name] = dataclasses.asdict(sel)
+    meta = {
+        "format": FORMAT,
+        "sha256": "sha256:" + sha.hexdigest(),
+        "bytes": total_bytes,
+        "max_games": max_games,
+        "seed": seed,
+        "parse": {"games_read": stats.games_read, "dropped": dict(stats.dropped)},
+        "selections": selections,
+    }
+    return GameIndex(np.array(offsets, np.int64), np.array(lengths, np.int64), ids, meta)
+
+
+class _Hashing:
+    """A binary stream that hashes and counts what is read through it (line iteration too)."""
+
+    def __init__(self, raw, sha):
+        self.raw, self.sha, self.count = raw, sha, 0
+
+    def __iter__(self):
+        for line in self.raw:
+            self.sha.update(line)
+            self.count += len(line)
+            yield line
+
+    def read(self, n: int) -> bytes:
+        data = self.raw.read(n)
+        self.sha.update(data)
+        self.count += len(data)
+        return data
+
+
+def save(index: GameIndex, where: epath.Path) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    table = pa.table(
+        {
+            "offset": pa.array(index.offsets),
+            "length": pa.array(index.lengths),
+            "game_id": pa.array(index.game_ids, pa.string()),
+        }
+    )
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    tmp = where / ".index.parquet.tmp"
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(where / "index.parquet")
+    tmp = where / ".index.json.tmp"
+    tmp.write_text(json.dumps(index.meta, sort_keys=True))
+    tmp.replace(where / "index.json")  # last: its presence says the index is whole
+
+
+def load(where: epath.Path) -> tuple[GameIndex, int]:
+    """The index and the bytes read to load it."""
+    data = (where / "index.parquet").read_bytes()
+    meta_text = (where / "index.json").read_text()
+    t = pq.read_table(io.BytesIO(data))
+    index = GameIndex(
+        t.column("offset").to_numpy().astype(np.int64),
+        t.column("length").to_numpy().astype(np.int64),
+        t.column("game_id").to_pylist(),
+        json.loads(meta_text),
+    )
+    return index, len(data) + len(meta_text)
+
+
+def shared_index(
+    path, where: epath.Path, max_games: int, specs: Sequence[SubsampleSpec], seed: int
+) -> tuple[GameIndex, int, bool]:
+    """The job's index at ``where``: built by the first task (under a lock), read by the rest.
+    Returns the index, the input bytes this task read for it, and whether it built it."""
+    from allie_jax.eval.records import Lock, RecordsError
+
+    where = epath.Path(where)
+    if not (where / "index.json").exists():
+        lock = Lock(where.parent / f"{where.name}.lock", "index")
+        lock.acquire(wait=True)
+        try:
+            if not (where / "index.json").exists():
+                index = build(path, max_games, specs, seed)
+                save(index, where)
+                return index, int(index.meta["bytes"]), True
+        finally:
+            lock.release()
+    index, n = load(where)
+    m = index.meta
+    if m.get("max_games") != max_games or m.get("seed") != seed:
+        raise RecordsError(
+            f"{where} indexes another job (max_games {m.get('max_games')}, seed {m.get('seed')}); "
+            "use a new --records directory"
+        )
+    return index, n, False
+
+
+def shard_games(
+    path, index: GameIndex, num_shards: int, shard_index: int, stats: ParseStats
+) -> tuple[Iterator[Game], Callable[[], int]]:
+    """This shard's games, in input order, read at their offsets; and a counter of the bytes
+    read so far."""
+    mine = [
+        i for i, gid in enumerate(index.game_ids) if stream.shard_of(gid, num_shards) == shard_index
+    ] if num_shards > 1 else list(range(len(index.game_ids)))  # fmt: skip
+    count = [0]
+
+    def games() -> Iterator[Game]:
+        with epath.Path(path).open("rb") as f:
+            for i in mine:
+                f.seek(int(index.offsets[i]))
+                data = f.read(int(index.lengths[i]))
+                count[0] += len(data)
+                game = _parse_one(data, stats)
+                if game is None or game.game_id != index.game_ids[i]:
+                    raise ValueError(
+                        f"{path}: the game at byte {index.offsets[i]} is not the indexed "
+                        f"{index.game_ids[i]!r}; the file changed since it was indexed"
+                    )
+                yield game
+
+    return games(), lambda: count[0]
