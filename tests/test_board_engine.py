@@ -14,13 +14,15 @@ from flax import nnx
 from allie_jax import vocab
 from allie_jax.data import board_features as bf
 from allie_jax.engine.api import Allie
-from allie_jax.engine.board import BoardSearcher
+from allie_jax.engine.board import BoardForward, BoardSearcher
 from allie_jax.eval import systems as sysmod
 from allie_jax.eval.positions import game_positions
 from allie_jax.game import Game
 from allie_jax.model.board_transformer import BoardConfig, BoardTransformer
 from allie_jax.model.checkpoint import save_model
 from allie_jax.pgn import read_games
+from allie_jax.search.config import SearchConfig
+from allie_jax.search.reference import ReferenceMCTS
 
 
 @pytest.fixture(scope="module")
@@ -61,20 +63,50 @@ def test_allie_predict_and_play_with_a_board_checkpoint(board_dir):
     assert -1.0 <= searched.value <= 1.0
 
 
-@pytest.mark.slow  # a few more compiles; run by make test-all
-def test_board_searcher_prior_is_the_model_policy(board_dir):
-    from allie_jax.search.config import SearchConfig
+def _reference_evaluator(forward, board, game):
+    """ReferenceMCTS's leaf evaluator: the model on python-chess boards (the host feature
+    builder), one forward per node: independent of the in-jit features and batching."""
 
+    def evaluate(path):
+        b = board.copy(stack=True)
+        for move in path:
+            b.push_uci(vocab.MOVES[move])
+        lp, value, _, _ = forward.outputs([b], [game.white_elo], [game.black_elo])
+        return lp[0], float(value[0]) if b.turn == chess.WHITE else -float(value[0])
+
+    return evaluate
+
+
+@pytest.mark.slow  # compiles the board search (about a minute and a half on 2 loaded cores)
+def test_board_search_builds_the_reference_tree_on_real_positions(board_dir, sample_pgn):
+    """The one search with the board model's in-jit leaves visits exactly what the plain-Python
+    ReferenceMCTS (python-chess boards, one forward per node) visits, on real positions."""
     allie = Allie.load(board_dir)
-    game = Game(moves=["d2d4", "g8f6"], white_elo=1800, black_elo=1800)
-    out = BoardSearcher(allie.model, SearchConfig.preset("search", mean_sims=5)).run([game], 1)
-    board = chess.Board()
-    for m in game.moves:
-        board.push_uci(m)
-    probs, value = _reference(allie.model, board, game)
-    legal = [vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves]
-    np.testing.assert_allclose(out.prior[0][legal], probs[legal] / probs[legal].sum(), rtol=1e-4)
-    assert out.visit_counts[0].sum() == 5 and out.num_sims[0] == 5
+    games = list(itertools.islice(read_games(sample_pgn), 4))
+    prefixes = [
+        Game(moves=g.moves[:k], white_elo=g.white_elo, black_elo=g.black_elo)
+        for g, k in zip(games, (10, 25, 40, 7), strict=True)
+    ]
+    config = SearchConfig.preset("search", mean_sims=12, final_policy="visits")
+    out = BoardSearcher(allie.model, config).run(prefixes, 0)
+    forward = BoardForward(allie.model)
+    for i, game in enumerate(prefixes):
+        board = chess.Board()
+        for m in game.moves:
+            board.push_uci(m)
+        ref = ReferenceMCTS(
+            _reference_evaluator(forward, board, game), c_puct=config.c_puct, final_policy="visits"
+        ).run(board, 12)
+        np.testing.assert_array_equal(out.visit_counts[i], ref.visit_counts.astype(np.int32))
+        np.testing.assert_allclose(out.prior[i], ref.prior, atol=1e-6)
+        assert out.search_value[i] == pytest.approx(ref.root_value, abs=1e-5)
+        assert out.num_sims[i] == 12 and not out.resign[i]
+
+
+def test_board_search_refuses_adaptive_modes(board_dir):
+    allie = Allie.load(board_dir)
+    with pytest.raises(ValueError, match="think time"):
+        BoardSearcher(allie.model, SearchConfig.preset("adaptive"))
 
 
 def test_board_eval_system_matches_the_model(board_dir, sample_pgn):

@@ -1,32 +1,42 @@
-"""Inference and search for the board-state transformer (seed 001), behind Allie's interfaces.
+"""The board-state transformer (seed 001) behind Allie's interfaces, searched by the one search.
 
 ``Allie.load`` / ``predict`` / ``play`` accept a board checkpoint: ``Allie`` asks ``BoardForward``
 for the raw outputs (the model reads python-chess boards, not token rows) and builds its searcher
-with ``BoardSearcher``. The batched Searcher of ``allie_jax.search`` walks a KV-cached decoder, so
-the board model searches through the plain-Python ``ReferenceMCTS`` (same pUCT / FPU / π̄
-equations) with a leaf evaluator that calls the model once per new node: slow but exact, and the
-same value + policy interface a batched evaluator would use.
+with ``BoardSearcher``, which is the package's ``Searcher`` (per-game budgets, chunks, deadline,
+fixed shapes, warm-up, π̄ / Gumbel, the move and resignation rules of search/decision.py) with
+the board family's roots and leaves: a node carries its ``chess_jax`` state, and a new node is one
+rules step, the board features built inside jit (``data/board_features_jax.py``) and one forward
+pass for the whole batch. ``search/reference.py``'s plain-Python MCTS is only the tests' oracle.
 
-What the board model does not have: a think-time head (``think_time_s`` is 0, so ``adaptive``
-spends ``mean_sims`` on every move) and a resignation token (it never resigns on the policy rule).
+What the board model does not have: a think-time head (``think_time_s`` is 0, so the adaptive
+modes are refused: their budget is the predicted think time) and a resignation token (the
+termination-token rule never fires, so it never resigns).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import chess
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
-from allie_jax import vocab
-from allie_jax.data import board_features
+from allie_jax import aot, chess_jax, vocab
+from allie_jax.data import board_features, board_features_jax
 from allie_jax.game import Game, normalize_think_time
+from allie_jax.search import decision, leaves
+from allie_jax.search.config import ADAPTIVE_MODES, SearchConfig
+from allie_jax.search.prefill import ENGINE_SHORT_WIDTH, LENGTH_BUCKETS
+from allie_jax.search.searcher import Searcher, SearchOutput
+from allie_jax.search.tree_search import NodeEval
 
-NO_TOKEN = -1e9  # log-prob of the non-move tokens (time controls, termination, ...)
+NO_TOKEN = leaves.NO_TOKEN  # log-prob of the non-move tokens (time controls, termination, ...)
 
 
 def is_board_model(model: Any) -> bool:
@@ -43,8 +53,7 @@ class BoardForward:
     max_len = 1 << 30  # no context limit: the model reads the board
 
     def __init__(self, model: Any) -> None:
-        from flax import nnx
-
+        self.model = model
         self.config = model.config
         graphdef, state = nnx.split(model)
         self._state = state
@@ -99,122 +108,100 @@ class BoardForward:
         return logits, time, value
 
 
-class BoardLeafEvaluator:
-    """``ReferenceMCTS``'s evaluator: (policy log-probs [1968], value for the side to move)."""
-
-    def __init__(self, forward: BoardForward, root: chess.Board, game: Game) -> None:
-        self.forward, self.root, self.game = forward, root, game
-        self.calls = 0
-
-    def __call__(self, path: Sequence[int]) -> tuple[np.ndarray, float]:
-        board = self.root.copy(stack=True)
-        for move in path:
-            board.push(chess.Move.from_uci(vocab.MOVES[move]))
-        lp, value, _, _ = self.forward.outputs(
-            [board], [self.game.white_elo], [self.game.black_elo]
-        )
-        self.calls += 1
-        v = float(value[0])
-        return lp[0], v if board.turn == chess.WHITE else -v
+# ----------------------------------------------------------------------------- inside jit
+def _forward(model: Any, state, legal, white_elo, black_elo, refine: bool):
+    """(final log-probs [B, 1968], value White's view [B]) at ``state``, features built in jit."""
+    inputs = board_features_jax.features(state, white_elo, black_elo, legal)
+    out = model(inputs, deterministic=True, refine=refine)
+    return out.final_log_probs, out.value
 
 
-@dataclasses.dataclass
-class BoardSearchOutput:
-    """The fields of ``allie_jax.search.SearchOutput`` that ``Allie.play`` reads."""
+@dataclasses.dataclass(frozen=True)
+class BoardLeaves:
+    """The board family's ``leaves.Leaves``: a node carries its state; the context the Elos."""
 
-    move: list[str]
-    move_id: np.ndarray
-    policy: np.ndarray  # [B, 1968]
-    prior: np.ndarray
-    visit_counts: np.ndarray
-    num_sims: np.ndarray
-    value_white: np.ndarray
-    think_time_s: np.ndarray
-    resign: np.ndarray
-    search_value: np.ndarray
+    refine: bool = True  # the final (refined) distribution is the prior, as ``BoardForward``
+
+    def root_eval(self, model: Any, state, root_out, context) -> NodeEval:
+        del model, context
+        value = leaves.mover_value(root_out.value, state.color == 0)
+        return leaves.node_eval(state, root_out.policy_logits, value, {"state": state})
+
+    def make_expand(self, model: Any, context, row_buckets: tuple[int, ...]):
+        def evaluate(node, action, elos):
+            child = chess_jax.apply(node["state"], action)
+            legal = chess_jax.legal_mask(child)
+            lp, value_white = _forward(model, child, legal, *elos, self.refine)
+            value = leaves.mover_value(value_white, child.color == 0)
+            return leaves.node_eval(child, lp, value, {"state": child}, legal)
+
+        batch = context[0].shape[0]
+        return leaves.bucketed_expand(row_buckets, batch, evaluate, context)
+
+    def sort_context(self, context, order, sorted_rows: bool):
+        return leaves.take_rows(context, order, sorted_rows)
 
 
-class BoardSearcher:
-    """``Searcher(model, config).run(games, rng)`` for the board family (plain-Python MCTS)."""
+@functools.partial(aot.jit, static_argnames=("graphdef", "refine"))
+def _root(graphdef, params, state, legal, white_elo, black_elo, *, refine: bool):
+    model = nnx.merge(graphdef, params)
+    lp, value = _forward(model, state, legal, white_elo, black_elo, refine)
+    b = lp.shape[0]
+    logits = jnp.full((b, vocab.VOCAB_SIZE), NO_TOKEN, jnp.float32).at[:, : vocab.NUM_MOVES].set(lp)
+    time = jnp.full((b,), normalize_think_time(np.float32(0.0)), jnp.float32)
+    return leaves.RootOutputs(logits, time, value)
 
-    def __init__(self, model: Any, config: Any) -> None:
-        self.forward = model if isinstance(model, BoardForward) else BoardForward(model)
+
+class BoardRoots:
+    """``leaves.Roots`` of the board family: games from the standard start, Elos as context."""
+
+    def __init__(self, model: Any, config: SearchConfig, *, fixed_shapes: bool = False):
         self.config = config
+        self.leaves = BoardLeaves(refine=bool(model.config.refinement))
+        self.graphdef, self.params = nnx.split(model)
+        self.fixed_shapes = fixed_shapes
+        self.stats = collections.Counter()
 
-    def forget(self) -> None:  # the evaluator's SearchSystem calls this between chunks
+    def forget(self) -> None:
         pass
 
-    def run(
-        self,
-        games: Sequence[Game],
-        rng: Any = 0,
-        *,
-        deadline: float | None = None,
-        should_stop: Any = None,
-        budgets: Sequence[int] | None = None,
-        anchor_logits: Any = None,
-        progress: Any = None,
-    ) -> BoardSearchOutput:
-        """``Searcher.run``'s contract. ``budgets`` sets each game's simulations (clipped to
-        ``max_sims``); ``deadline`` / ``should_stop`` are checked between games (a game not yet
-        searched when time is up plays from its prior: ``num_sims`` 0); ``progress(sims, moves)``
-        is called once at the end. ``greedy`` conditions both Elos on ``greedy_elo``."""
-        import dataclasses as dc
-        import time
+    def replay_widths(self) -> tuple[int, ...]:
+        return (ENGINE_SHORT_WIDTH, 512) if self.fixed_shapes else LENGTH_BUCKETS
 
-        from allie_jax.engine.api import as_jax_key, replay_board
-        from allie_jax.search.reference import ReferenceMCTS
+    def prepare(self, games: Sequence[Game], batch: int):
+        games = [decision.conditioned_game(self.config, g) for g in games]
+        moves = [chess_jax.uci_to_move_ids(list(g.moves)) for g in games]
+        moves += [moves[0]] * (batch - len(games))
+        elos = np.zeros((2, batch), np.int32)
+        for i, g in enumerate(games):
+            elos[:, i] = (g.white_elo or 0, g.black_elo or 0)
+        return moves, elos
 
-        if anchor_logits is not None:
-            raise ValueError("the board searcher has no anchor_logits (piKL) support")
-        cfg = self.config
-        key = as_jax_key(rng)
-        gen = np.random.default_rng(int(jax.random.randint(key, (), 0, 2**31 - 1)))
-        default = 0 if cfg.mode in ("policy", "greedy") else int(cfg.mean_sims)
-        if budgets is not None and len(budgets) != len(games):
-            raise ValueError(f"budgets has {len(budgets)} entries for {len(games)} games")
-        rows = []
-        for i, game in enumerate(games):
-            sims = default if budgets is None else int(np.clip(budgets[i], 0, cfg.max_sims))
-            late = deadline is not None and time.monotonic() >= deadline
-            if late or (should_stop is not None and should_stop()):
-                sims = 0
-            if cfg.mode == "greedy":
-                game = dc.replace(game, white_elo=cfg.greedy_elo, black_elo=cfg.greedy_elo)
-            board = replay_board(game)
-            evaluator = BoardLeafEvaluator(self.forward, board, game)
-            mcts = ReferenceMCTS(
-                evaluator,
-                c_puct=cfg.c_puct,
-                c_base=cfg.c_base,
-                fpu_mode=cfg.fpu_mode,
-                fpu=cfg.fpu,
-                lambda_sqrt=cfg.lambda_sqrt,
-                final_policy=cfg.final_policy,
-                max_path=cfg.max_path,
-                rules=cfg.rules,
+    def evaluate(self, prepared, state, legal):
+        elos = (jnp.asarray(prepared[0]), jnp.asarray(prepared[1]))
+        root = _root(self.graphdef, self.params, state, legal, *elos, refine=self.leaves.refine)
+        return root, elos
+
+    def warm(self, batch: int, replay) -> Iterator[tuple[int, Any, Any, Any, Any]]:
+        for width in self.replay_widths():
+            state, legal = replay(width)
+            root, context = self.evaluate(np.zeros((2, batch), np.int32), state, legal)
+            yield width, state, legal, root, context
+
+
+class BoardSearcher(Searcher):
+    """``Searcher(model, config)`` for the board family (``model``: a board model or its
+    ``BoardForward``); ``run`` has ``Searcher.run``'s contract (no FEN starts)."""
+
+    def __init__(self, model: Any, config: SearchConfig, *, fixed_shapes: bool = False) -> None:
+        model = model.model if isinstance(model, BoardForward) else model
+        if config.mode in ADAPTIVE_MODES:
+            raise ValueError(
+                f"mode {config.mode!r} sets each budget from a predicted think time, which the "
+                "board model does not have: use search or gumbel"
             )
-            res = mcts.run(board, sims)
-            policy = res.policy / res.policy.sum()
-            if cfg.mode == "greedy" or cfg.temperature <= 0 or cfg.sampling == "argmax":
-                move = int(np.argmax(policy))
-            else:
-                move = int(gen.choice(vocab.NUM_MOVES, p=policy))
-            v_mover = res.root_value
-            white = board.turn == chess.WHITE
-            rows.append((move, policy, res, v_mover if white else -v_mover, sims))
-        n = len(rows)
-        if progress is not None:
-            progress(max(r[4] for r in rows), [vocab.MOVES[r[0]] for r in rows])
-        return BoardSearchOutput(
-            move=[vocab.MOVES[r[0]] for r in rows],
-            move_id=np.asarray([r[0] for r in rows], np.int32),
-            policy=np.stack([r[1] for r in rows]),
-            prior=np.stack([r[2].prior for r in rows]),
-            visit_counts=np.stack([r[2].visit_counts for r in rows]),
-            num_sims=np.asarray([r[4] for r in rows], np.int32),
-            value_white=np.asarray([r[3] for r in rows], np.float32),
-            think_time_s=np.zeros(n, np.float32),
-            resign=np.zeros(n, bool),
-            search_value=np.asarray([r[3] for r in rows], np.float32),
-        )
+        roots = BoardRoots(model, config, fixed_shapes=fixed_shapes)
+        super().__init__(model, config, fixed_shapes=fixed_shapes, roots=roots)
+
+
+BoardSearchOutput = SearchOutput  # the name earlier callers imported

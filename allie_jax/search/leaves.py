@@ -89,11 +89,14 @@ def shrink_and_pad(size: int, batch: int, fn, *args) -> NodeEval:
     return jax.tree.map(lambda x: jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)), ev)
 
 
-def bucketed_expand(row_buckets: tuple[int, ...], batch: int, evaluate) -> ExpandFn:
-    """An ExpandFn for a family whose leaves need only the parent's payload and the action.
+def bucketed_expand(
+    row_buckets: tuple[int, ...], batch: int, evaluate, context: Any = ()
+) -> ExpandFn:
+    """An ExpandFn for a family whose leaves need the parent's payload, the action and the
+    per-game ``context`` (leaves [B, ...]) but not the path (the model reads the position).
 
-    ``evaluate(parent_payload, action)`` runs on the smallest of ``row_buckets`` covering the
-    active rows (a ``lax.switch``); ``row_buckets`` descend from ``batch``.
+    ``evaluate(parent_payload, action, context)`` runs on the smallest of ``row_buckets``
+    covering the active rows (a ``lax.switch``); ``row_buckets`` descend from ``batch``.
     """
     buckets = tuple(row_buckets or (batch,))
     if buckets[0] != batch or list(buckets) != sorted(buckets, reverse=True):
@@ -105,11 +108,11 @@ def bucketed_expand(row_buckets: tuple[int, ...], batch: int, evaluate) -> Expan
         node = jax.tree.map(lambda x: x[rows, parent], payloads)
         branches = [functools.partial(shrink_and_pad, size, batch, evaluate) for size in buckets]
         if len(branches) == 1:
-            return branches[0](node, action)
+            return branches[0](node, action, context)
         if num_active is None:
             num_active = parent.shape[0]
         bucket = jnp.sum(jnp.asarray(buckets) >= num_active) - 1
-        return jax.lax.switch(bucket, branches, node, action)
+        return jax.lax.switch(bucket, branches, node, action, context)
 
     return expand
 

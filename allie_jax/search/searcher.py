@@ -209,6 +209,8 @@ class Searcher:
         anchor = anchor_rows(anchor_logits, n, b)
         move_lists, prepared = self.roots.prepare(games, b)
         state, legal, done = self._replay(move_lists)
+        if getattr(self.roots, "claimable_roots", False):  # only a root without a move is over
+            done = ~legal.any(-1)
         finished = np.flatnonzero(np.asarray(done)[:n])
         if len(finished):
             raise ValueError(f"games {finished.tolist()} are already over: nothing to search")
