@@ -229,16 +229,20 @@ def test_searcher_gumbel_modes_and_anchor(tiny_model):
         legal = _legal(g)
         assert (out.visit_counts[i][~legal] == 0).all() and (out.policy[i][~legal] == 0).all()
         assert out.policy[i].sum() == pytest.approx(1.0, abs=1e-5) and legal[out.move_id[i]]
-    assert np.isfinite(out.effective_lambda).all() and (out.effective_lambda > 0).all()
+    # the default human-anchored mode: λ is the user's constant, and π' lives on visited moves
+    np.testing.assert_allclose(out.effective_lambda, config.anchor_lambda, rtol=1e-6)
+    assert (out.policy[out.visit_counts == 0] == 0).all()
+    assert (out.visit_counts[np.arange(len(games)), out.move_id] > 0).all()
     # the chunked path (UCI play: a deadline or stop) builds the same trees and moves
     again = searcher.run(games, 5, should_stop=lambda: False)
     np.testing.assert_array_equal(again.visit_counts, out.visit_counts)
     np.testing.assert_array_equal(again.move_id, out.move_id)
     np.testing.assert_allclose(again.policy, out.policy, atol=1e-6)
 
-    # a human anchor strongly preferring one legal move: π' follows it, the tree does not change
+    # a human anchor strongly preferring one visited move (the least visited, highest id): π'
+    # follows it, the tree does not change
     anchor = np.zeros((len(games), 1968), np.float32)
-    picks = [int(np.flatnonzero(_legal(g))[-1]) for g in games]
+    picks = [int(np.flatnonzero(v == v[v > 0].min())[-1]) for v in out.visit_counts]
     anchor[np.arange(len(games)), picks] = 40.0
     steered = searcher.run(games, 5, anchor_logits=anchor)
     np.testing.assert_array_equal(steered.visit_counts, out.visit_counts)

@@ -28,6 +28,7 @@ SAMPLING = ("sample", "argmax", "rating-based")
 RULES = ("standard", "released")
 LAMBDA_SCHEDULES = ("constant", "paper", "released")
 GUMBEL_TRANSFORMS = ("anchor", "mctx")
+FINAL_SUPPORTS = ("visited", "legal")
 # The default human-anchor strength λ, in value units (Q ∈ [−1, 1]): the paper's λ_N at the mean
 # budget, c·sqrt(N)/(|A| + N) with c = 1.25, N = 50 and a typical |A| = 30 legal moves
 # (1.25·sqrt(50)/80 = 0.1105), so the constant default anchors as the paper's search did at N = 50.
@@ -66,6 +67,11 @@ class SearchConfig:
     anchor_lambda: float = DEFAULT_ANCHOR_LAMBDA  # λ of "constant" (value units, > 0)
     lambda_schedule: str = "constant"  # "constant" | "paper" | "released"
     final_policy: str = "pibar"  # or "visits" (visit-count distribution)
+    # The moves the final policy (π̄; Gumbel's "anchor" π') may put mass on once the root has
+    # visits. "visited": only those the search visited (the anchor renormalised over them), so
+    # the search never plays a move it holds no value for; "legal": every legal move, unvisited
+    # ones valued by completed Q (mctx's mixed value).
+    final_support: str = "visited"
     pibar_iterations: int = 64  # bisection steps for π̄ (float32 converges in < 40)
     temperature: float = 1.0  # softmax temperature of the policy preset and of budget-0 moves
     sampling: str | None = None  # None: the mode's own rule (see ``move_rule``)
@@ -96,6 +102,7 @@ class SearchConfig:
         _check_choice("rules", self.rules, RULES)
         _check_choice("lambda_schedule", self.lambda_schedule, LAMBDA_SCHEDULES)
         _check_choice("gumbel_transform", self.gumbel_transform, GUMBEL_TRANSFORMS)
+        _check_choice("final_support", self.final_support, FINAL_SUPPORTS)
         if self.sampling is not None:
             _check_choice("sampling", self.sampling, SAMPLING)
         if not 0 <= self.mean_sims <= self.max_sims:

@@ -14,23 +14,30 @@ one-jit batched loop with KV-cached leaves, so each game of a batch can have its
 - Illegal moves (prior logit ≤ ``selection.ILLEGAL_LOGIT``) are masked in every argmax and in the
   final policy.
 
-Completed Q is mctx's ``qtransform_completed_by_mix_value``: unvisited actions take the mixed
-value (the raw value interpolated with the prior-weighted visited Q's); the completed vector is
-min-max rescaled and multiplied by (c_visit + max N) · c_scale. mctx has no notion of illegal
-moves below the root, so its min/max runs over every action, and the illegal ones carry the
-mixed value: kept as is (in chess some action is always illegal, so the range always covers the
-mixed value), which is what keeps budgets 1..N equal to stock (tested).
+Completed Q is mctx's ``qtransform_completed_by_mix_value`` (``selection.completed_q``,
+"mixed"): unvisited actions take the mixed value (the raw value interpolated with the
+prior-weighted visited Q's). σ, the transform of completed Q that joins the logits, comes in two
+forms (``GumbelParams.transform``):
 
-Policy improvement: π' = softmax(anchor + σ(completed Q)). σ is linear in q, so π' solves
-argmax_p Σ p·q − λ·KL(p ‖ softmax(anchor)) with
+- "mctx" (stock): the completed vector is min-max rescaled and multiplied by
+  (c_visit + max N) · c_scale. mctx has no notion of illegal moves below the root, so its min/max
+  runs over every action, and the illegal ones carry the mixed value: kept as is (in chess some
+  action is always illegal, so the range always covers the mixed value), which is what keeps
+  budgets 1..N equal to stock (tested). π' = softmax(anchor + σ) then solves
+  argmax_p Σ p·q − λ·KL(p ‖ softmax(anchor)) with λ = (q_max − q_min) / ((c_visit + max N) · c_scale):
+  λ follows the spread of Q, so a noise-level spread overturns the anchor as fully as a whole
+  point (the anchor has no fixed strength; ``c_scale`` is not λ).
+- "anchor" (the human-anchored mode): σ = q̂ / λ with λ in value units from the user's
+  schedule (``pibar.schedule_lambda``: constant ``anchor_lambda`` by default), no rescaling, at
+  the root (sequential halving and π') and inside the tree (interior selection), so
+  π' = softmax(log π_anchor + q̂/λ) solves the same problem with the λ the user set. Its
+  support may be the visited moves only (``visited_only``), so π' never plays a move the search
+  did not look at.
 
-    λ = (q_max − q_min) / ((c_visit + max N) · c_scale)
-
-(``effective_lambda``, in value units, one per game and move). The user's knob is ``c_scale``
-(``SearchConfig.gumbel_c_scale``): larger trusts the search more. The anchor is the model's prior
-unless the caller passes ``anchor_logits`` (a separate human policy, e.g. Maia, for piKL-style
-play); the search itself (its selection and mixed value) keeps the model's prior. A game with
-budget 0 gets π' = softmax(anchor): σ of an unsearched root is 0.
+``effective_lambda`` (one per game and move) reports λ either way. The anchor is the model's
+prior unless the caller passes ``anchor_logits`` (a separate human policy, e.g. Maia, for
+piKL-style play); the search itself (its selection and mixed value) keeps the model's prior. A
+game with budget 0 gets π' = softmax(anchor): σ of an unsearched root is 0.
 """
 
 from __future__ import annotations
@@ -45,20 +52,39 @@ import mctx
 import numpy as np
 from mctx._src import seq_halving  # mctx's sequential-halving schedule (0.0.71)
 
-from allie_jax.search import tree_search
-from allie_jax.search.selection import ILLEGAL_LOGIT, first_argmax, legal_from_logits
+from allie_jax.search import pibar, tree_search
+from allie_jax.search.config import DEFAULT_ANCHOR_LAMBDA
+from allie_jax.search.selection import (
+    ILLEGAL_LOGIT,
+    completed_q,
+    first_argmax,
+    legal_from_logits,
+)
 
 MODES = ("gumbel", "gumbel-adaptive")
 _EPSILON = 1e-8  # mctx's floor on q_max − q_min when rescaling
 
 
+TRANSFORMS = ("anchor", "mctx")
+_MIN_LAMBDA = 1e-8  # floor on λ in σ = q̂/λ (a "paper"/"released" λ is 0 at a node without visits)
+
+
 class GumbelParams(NamedTuple):
-    """mctx's defaults: ``maxvisit_init``=50, ``value_scale``=0.1, 16 considered, noise scale 1."""
+    """mctx's defaults: ``maxvisit_init``=50, ``value_scale``=0.1, 16 considered, noise scale 1,
+    stock σ. ``transform="anchor"`` uses σ = q̂/λ with λ from the other fields (see module doc);
+    ``c_puct`` is the unscaled c of the "paper" schedule ("released" reads each game's scaled
+    c from ``tree.extra_data["c_puct"]``)."""
 
     c_visit: float = 50.0
     c_scale: float = 0.1
     max_considered: int = 16
     noise_scale: float = 1.0
+    transform: str = "mctx"
+    anchor_lambda: float = DEFAULT_ANCHOR_LAMBDA
+    lambda_schedule: str = "constant"
+    lambda_sqrt: bool = True
+    c_puct: float = 1.25
+    visited_only: bool = False  # "anchor": π' over the visited moves once the root has visits
 
 
 class GumbelResult(NamedTuple):
@@ -95,30 +121,59 @@ def gumbel_noise(keys: jax.Array, num_actions: int, scale: float = 1.0) -> jax.A
 
 
 def completed_qvalues(tree: mctx.Tree, node: chex.Numeric) -> jax.Array:
-    """[A] Q(node, ·) with unvisited actions completed by the mixed value (unbatched tree)."""
-    q = tree.qvalues(node)
-    visits = tree.children_visits[node]
-    prior = jax.nn.softmax(tree.children_prior_logits[node])
-    prior = jnp.maximum(jnp.finfo(prior.dtype).tiny, prior)  # as mctx: no NaN if all are 0
-    visited = visits > 0
-    total = jnp.sum(visits)
-    mass = jnp.sum(jnp.where(visited, prior, 0.0))
-    weighted_q = jnp.sum(jnp.where(visited, prior * q / jnp.where(visited, mass, 1.0), 0.0))
-    mixed = (tree.raw_values[node] + total * weighted_q) / (total + 1)
-    return jnp.where(visited, q, mixed)
+    """[A] Q(node, ·) with unvisited actions completed by mctx's mixed value (unbatched tree)."""
+    return completed_q(tree, node, fpu_mode="mixed")
 
 
 def _slope(completed: jax.Array, visits: jax.Array, params: GumbelParams) -> jax.Array:
-    """dσ/dq: (c_visit + max N) · c_scale / max(q_max − q_min, ε) (1/λ)."""
+    """Stock dσ/dq: (c_visit + max N) · c_scale / max(q_max − q_min, ε) (1/λ)."""
     spread = jnp.max(completed, -1) - jnp.min(completed, -1)
     return (params.c_visit + jnp.max(visits, -1)) * params.c_scale / jnp.maximum(spread, _EPSILON)
 
 
+def anchor_lambda(
+    visits: jax.Array, legal: jax.Array, scaled_c_puct: jax.Array, params: GumbelParams
+) -> jax.Array:
+    """λ [...] of the "anchor" transform at a node (visits/legal [..., A], c [...])."""
+    return pibar.schedule_lambda(
+        params.lambda_schedule,
+        anchor_lambda=params.anchor_lambda,
+        c_puct=params.c_puct,
+        scaled_c_puct=scaled_c_puct,
+        total_visits=jnp.sum(visits, -1),
+        num_legal=jnp.sum(legal, -1),
+        sqrt=params.lambda_sqrt,
+    )
+
+
+def transform(
+    completed: jax.Array, visits: jax.Array, params: GumbelParams, lam: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """(σ(completed Q) [..., A], the λ π' = softmax(logits + σ) is optimal for [...]).
+
+    "mctx": min-max rescaled, λ = spread / ((c_visit + max N) · c_scale). "anchor": q̂/λ with the
+    given λ, shifted by its maximum (a constant per node: softmax and argmax do not see it).
+    """
+    if params.transform == "mctx":
+        slope = _slope(completed, visits, params)
+        sigma_q = (completed - jnp.min(completed, -1, keepdims=True)) * slope[..., None]
+        return sigma_q, 1.0 / slope
+    if params.transform != "anchor":
+        raise ValueError(f"transform={params.transform!r}: expected one of {list(TRANSFORMS)}")
+    lam = jnp.asarray(lam, jnp.float32)
+    shifted = completed - jnp.max(completed, -1, keepdims=True)
+    return shifted / jnp.maximum(lam, _MIN_LAMBDA)[..., None], lam
+
+
 def sigma(tree: mctx.Tree, node: chex.Numeric, params: GumbelParams) -> jax.Array:
-    """σ(completed Q) [A]: mctx's ``qtransform_completed_by_mix_value`` (min-max rescaled)."""
+    """σ(completed Q) [A] at a node of an unbatched tree (stock or anchored, see ``transform``)."""
     completed = completed_qvalues(tree, node)
     visits = tree.children_visits[node]
-    return (completed - jnp.min(completed)) * _slope(completed, visits, params)
+    lam = None
+    if params.transform == "anchor":
+        legal = legal_from_logits(tree.children_prior_logits[node])
+        lam = anchor_lambda(visits, legal, tree.extra_data["c_puct"], params)
+    return transform(completed, visits, params, lam)[0]
 
 
 def _root_score(considered_visit, gumbel, logits, sigma_q, visits, legal):
@@ -166,18 +221,22 @@ def search(
     num_nodes: int,
     params: tree_search.SearchParams,
     gumbel: GumbelParams,
+    c_puct: chex.Array | None = None,
 ) -> mctx.Tree:
     """Gumbel MuZero with ``budgets[b]`` simulations for game b, in one batched loop.
 
     ``noise`` [B, A] is each game's Gumbel noise (``gumbel_noise``), ``table`` the
     ``considered_visits_table`` (budgets index its second axis; larger ones are clipped).
+    ``c_puct`` [B] (default 0) is read only by the "anchor" transform's "released" schedule.
     """
     budgets = jnp.asarray(budgets, jnp.int32)
+    if c_puct is None:
+        c_puct = jnp.zeros(budgets.shape, jnp.float32)
     return tree_search.search(
         root,
         expand_fn,
         budgets,
-        jnp.zeros(budgets.shape, jnp.float32),  # c_puct: unused by Gumbel selection
+        jnp.asarray(c_puct, jnp.float32),
         num_nodes=num_nodes,
         params=params,
         select_fn=make_gumbel_selection(gumbel),
@@ -215,11 +274,16 @@ def improve(
     legal = legal_from_logits(logits)
     visits = tree.children_visits[:, root]
     completed = jax.vmap(completed_qvalues, in_axes=(0, None))(tree, root)
-    slope = _slope(completed, visits, params)
-    sigma_q = (completed - jnp.min(completed, -1, keepdims=True)) * slope[:, None]
+    lam = None
+    support = legal
+    if params.transform == "anchor":
+        lam = anchor_lambda(visits, legal, tree.extra_data["c_puct"], params)
+        if params.visited_only:
+            support = pibar.visited_support(legal, visits)
+    sigma_q, lam = transform(completed, visits, params, lam)
     anchor = logits if anchor_logits is None else jnp.asarray(anchor_logits, jnp.float32)
-    policy = jax.nn.softmax(jnp.where(legal, anchor + sigma_q, ILLEGAL_LOGIT), axis=-1)
-    policy = jnp.where(legal, policy, 0.0)
+    policy = jax.nn.softmax(jnp.where(support, anchor + sigma_q, ILLEGAL_LOGIT), axis=-1)
+    policy = jnp.where(support, policy, 0.0)
     most = jnp.max(visits, -1, keepdims=True)
     score = jax.vmap(_root_score)(most, noise, logits, sigma_q, visits, legal)
     searched = visits.sum(-1) > 0
@@ -227,6 +291,6 @@ def improve(
         policy=policy,
         action=jnp.argmax(score, -1).astype(jnp.int32),
         visits=visits,
-        effective_lambda=jnp.where(searched, 1.0 / slope, jnp.nan).astype(jnp.float32),
+        effective_lambda=jnp.where(searched, lam, jnp.nan).astype(jnp.float32),
         search_value=tree.node_values[:, root],
     )

@@ -1,8 +1,9 @@
-"""The final search policy: Grill et al. (2020)'s π̄ and the visit-count distribution.
+"""The final search policy: Grill et al. (2020)'s π̄, its KL weight λ, and the visit distribution.
 
-π̄ = argmax_π  q·π − λ_N · KL(prior ‖ π)  over the legal moves, whose solution is
-π̄(a) = λ_N · prior(a) / (α − q(a)) with α the unique root of Σ π̄ = 1 in
-[max_a(q(a) + λ_N prior(a)), max_a q(a) + λ_N]. The sum is monotone in α, so bisection finds it.
+π̄ = argmax_π  q·π − λ · KL(anchor ‖ π)  over a support (the legal moves, or the visited ones),
+whose solution is π̄(a) = λ · anchor(a) / (α − q(a)) with α the unique root of Σ π̄ = 1 in
+[max_a(q(a) + λ anchor(a)), max_a q(a) + λ]. The sum is monotone in α, so bisection finds it.
+The anchor is the human policy the search is held to (the model's prior unless another is given).
 
 q is shifted by its maximum first: α then lies in [0, λ_N] whatever the values, and the
 differences α − q(a), which can be as small as λ_N · prior(a) ≈ 1e-5, do not drown in the
@@ -26,6 +27,45 @@ def kl_lambda(
     return jnp.asarray(c, jnp.float32) * scale / (jnp.asarray(num_legal, jnp.float32) + n)
 
 
+def schedule_lambda(
+    schedule: str,
+    *,
+    anchor_lambda: float,
+    c_puct: jax.Array,
+    scaled_c_puct: jax.Array,
+    total_visits: jax.Array,
+    num_legal: jax.Array,
+    sqrt: bool = True,
+) -> jax.Array:
+    """float32 [B]: the anchor's KL weight λ under ``SearchConfig.lambda_schedule``.
+
+    "constant": ``anchor_lambda`` whatever the budget; "paper": c_puct·sqrt(ΣN)/(|A|+ΣN) with
+    c_puct unscaled; "released": the same with the per-game c_puct·sqrt(mean_sims/N)
+    (``scaled_c_puct``). ``sqrt=False`` drops the square root in the last two. A row with no
+    visits gets 0 from the last two (π̄ then returns the anchor).
+    """
+    total = jnp.asarray(total_visits, jnp.float32)
+    if schedule == "constant":
+        return jnp.full(total.shape, anchor_lambda, jnp.float32)
+    if schedule == "paper":
+        c = jnp.broadcast_to(jnp.asarray(c_puct, jnp.float32), total.shape)
+    elif schedule == "released":
+        c = jnp.asarray(scaled_c_puct, jnp.float32)
+    else:
+        raise ValueError(f"lambda_schedule={schedule!r}: expected constant, paper or released")
+    return kl_lambda(c, total, num_legal, sqrt=sqrt)
+
+
+def visited_support(legal: jax.Array, visits: jax.Array) -> jax.Array:
+    """bool [B, A]: the visited legal moves of a row that has visits, its legal moves otherwise.
+
+    The final policy's support under ``SearchConfig.final_support="visited"``: the search then
+    never plays (or puts mass on) a move it holds no value for.
+    """
+    visited = legal & (jnp.asarray(visits) > 0)
+    return jnp.where(visited.any(-1, keepdims=True), visited, legal)
+
+
 def pibar(
     q: jax.Array,
     prior: jax.Array,
@@ -34,12 +74,16 @@ def pibar(
     *,
     iterations: int = 64,
 ) -> jax.Array:
-    """π̄ [B, A] from values q [B, A] (mover's view), prior [B, A], legal bool [B, A], λ [B].
+    """π̄ [B, A] from values q [B, A] (mover's view), anchor ``prior`` [B, A], support ``legal``
+    bool [B, A], λ [B].
 
-    Illegal actions get probability 0. A row with λ ≤ 0 (no visits) returns its prior.
+    Moves off the support get probability 0; the anchor is renormalised over the support (so a
+    restricted support solves the same problem with the anchor conditioned on it). A row with
+    λ ≤ 0 (no visits) returns its (renormalised) anchor.
     """
     q = jnp.asarray(q, jnp.float32)
     prior = jnp.where(legal, jnp.asarray(prior, jnp.float32), 0.0)
+    prior = prior / jnp.maximum(prior.sum(-1, keepdims=True), _TINY)
     lam = jnp.asarray(lam, jnp.float32)
     safe_lam = jnp.maximum(lam, _TINY)[:, None]
     q_max = jnp.max(jnp.where(legal, q, -jnp.inf), axis=-1, keepdims=True)
@@ -75,7 +119,8 @@ def visit_policy(visits: jax.Array, prior: jax.Array) -> jax.Array:
 def regularised_objective(
     pi: jax.Array, q: jax.Array, prior: jax.Array, legal: jax.Array, lam: jax.Array
 ) -> jax.Array:
-    """q·π − λ KL(prior ‖ π) over legal moves: the quantity π̄ maximises (for tests and checks)."""
+    """q·π − λ KL(prior ‖ π) over legal moves (the prior is the anchor: KL(anchor ‖ π)): the
+    quantity π̄ maximises (for tests and checks)."""
     prior = jnp.where(legal, prior, 0.0)
     kl = jnp.where(
         legal & (prior > 0),

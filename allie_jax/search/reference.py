@@ -12,6 +12,9 @@ Equations (as ``selection`` / ``tree_search`` / ``pibar``):
 - terminal nodes (mate: −1 for the side to move, draws 0) and nodes at depth ``max_path`` are
   never expanded: a revisit backs their value up again;
 - π̄ by bisection in float64 on the completed Q.
+- ``selection="kl"`` (``selection.make_kl_selection``): every node takes
+  argmax_a π̄_s(a) − N(s, a)/(1 + ΣN(s)), π̄_s on Q completed by mctx's mixed value
+  (V_raw(s) + ΣN · Σ_visited P·Q / Σ_visited P) / (ΣN + 1), anchor P(s, ·), constant λ.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class Node:
     visits: int = 0
     value_sum: float = 0.0
     terminal: bool = False
+    raw_value: float = 0.0  # the node's own evaluation (exact value if terminal)
 
     @property
     def value(self) -> float:
@@ -108,7 +112,12 @@ class ReferenceMCTS:
         final_policy: str = "pibar",
         max_path: int = 32,
         rules: str = "standard",
+        selection: str = "puct",
+        anchor_lambda: float = 0.11,
     ) -> None:
+        if selection not in ("puct", "kl"):
+            raise ValueError(f"selection={selection!r}: expected 'puct' or 'kl'")
+        self.selection, self.anchor_lambda = selection, anchor_lambda
         self.evaluate = evaluate
         self.c_puct, self.c_base = c_puct, c_base
         self.fpu_mode, self.fpu = fpu_mode, fpu
@@ -120,12 +129,14 @@ class ReferenceMCTS:
         exact = terminal_value(node.board, self.rules)
         if exact is not None:
             node.terminal = True
+            node.raw_value = exact
             return exact
         logits, value = self.evaluate(node.path)
         self.evaluations += 1
         node.legal = legal_ids(node.board)
         node.prior = np.zeros(vocab.NUM_MOVES)
         node.prior[node.legal] = _softmax(np.asarray(logits, np.float64)[node.legal])
+        node.raw_value = float(value)
         return float(value)
 
     def _q(self, node: Node, move: int) -> float:
@@ -134,7 +145,24 @@ class ReferenceMCTS:
             return -child.value
         return self.fpu if self.fpu_mode == "absolute" else node.value - self.fpu
 
+    def _select_kl(self, node: Node) -> int:
+        legal = [int(m) for m in node.legal]
+        prior = node.prior[node.legal]
+        visits = np.array([node.children[m].visits if m in node.children else 0 for m in legal])
+        q = np.array(
+            [-node.children[m].value if v > 0 else 0.0 for m, v in zip(legal, visits, strict=True)]
+        )
+        seen = visits > 0
+        total = float(visits.sum())
+        weighted = (prior[seen] * q[seen]).sum() / prior[seen].sum() if seen.any() else 0.0
+        mixed = (node.raw_value + total * weighted) / (total + 1.0)
+        q = np.where(seen, q, mixed)
+        score = pibar(q, prior, self.anchor_lambda) - visits / (1.0 + total)
+        return legal[int(np.argmax(score))]  # the first maximum: ties to the lowest id
+
     def _select(self, node: Node, c: float) -> int:
+        if self.selection == "kl":
+            return self._select_kl(node)
         n = node.visits
         factor = (math.log((n + self.c_base + 1) / self.c_base) + c) * math.sqrt(n)
         best, best_score = -1, -math.inf

@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import mctx
 
+from allie_jax.search import pibar
+
 ILLEGAL_LOGIT = (
     -1e9
 )  # prior logit of an illegal move (finite: softmax of a terminal node stays NaN-free)
@@ -69,15 +71,47 @@ def first_argmax(x: jax.Array) -> jax.Array:
     return jnp.where(index == size, 0, index).astype(jnp.int32)
 
 
+COMPLETIONS = ("mixed", "absolute", "reduction")  # how ``completed_q`` fills unvisited children
+
+
+def mixed_value(tree: mctx.Tree, node_index: chex.Numeric) -> jax.Array:
+    """mctx's ``qtransform_completed_by_mix_value`` value for unvisited children (unbatched).
+
+    (V(s) + ΣN · Σ_visited π(a)·Q(s, a) / Σ_visited π(a)) / (ΣN + 1): the raw value interpolated
+    with the prior-weighted mean of the visited Q's, so an unvisited move is worth what the
+    search has seen on average, not more (the root value can beat every visited move's Q and
+    make π̄ pick a move the search never looked at).
+    """
+    q = tree.qvalues(node_index)
+    visits = tree.children_visits[node_index]
+    prior = jax.nn.softmax(tree.children_prior_logits[node_index])  # log-priors: softmax = exp
+    prior = jnp.maximum(jnp.finfo(prior.dtype).tiny, prior)  # as mctx: no NaN if all are 0
+    visited = visits > 0
+    total = jnp.sum(visits)
+    mass = jnp.sum(jnp.where(visited, prior, 0.0))
+    weighted_q = jnp.sum(jnp.where(visited, prior * q / jnp.where(visited, mass, 1.0), 0.0))
+    return (tree.raw_values[node_index] + total * weighted_q) / (total + 1)
+
+
 def completed_q(
-    tree: mctx.Tree, node_index: chex.Numeric, *, fpu_mode: str, fpu: float
+    tree: mctx.Tree, node_index: chex.Numeric, *, fpu_mode: str = "mixed", fpu: float = 0.0
 ) -> jax.Array:
-    """Q(s, ·) [A] of an unbatched tree: visited children's mean values, FPU for the rest."""
+    """Q(s, ·) [A] of an unbatched tree: visited children's mean values, a completion for the rest.
+
+    The one completed-Q of the package (pUCT selection, π̄, Gumbel's σ, Maia's search):
+    ``fpu_mode`` "mixed" is mctx's completion (``mixed_value``: the final policies and Gumbel),
+    "absolute" gives unvisited children ``fpu``, "reduction" the parent's running value minus
+    ``fpu`` (pUCT's first-play urgency).
+    """
     visited_q = tree.qvalues(node_index)
-    if fpu_mode == "absolute":
+    if fpu_mode == "mixed":
+        first_play = mixed_value(tree, node_index)
+    elif fpu_mode == "absolute":
         first_play = jnp.asarray(fpu, visited_q.dtype)
-    else:  # "reduction": the parent's running value (its mover's view) minus fpu
+    elif fpu_mode == "reduction":  # the parent's running value (its mover's view) minus fpu
         first_play = tree.node_values[node_index] - fpu
+    else:
+        raise ValueError(f"fpu_mode={fpu_mode!r}: expected one of {list(COMPLETIONS)}")
     return jnp.where(tree.children_visits[node_index] > 0, visited_q, first_play)
 
 
@@ -98,6 +132,50 @@ def make_puct_selection(
         q = completed_q(tree, node_index, fpu_mode=fpu_mode, fpu=fpu)
         visits = tree.children_visits[node_index].astype(jnp.float32)
         score = q + factor * prior / (1.0 + visits)
+        return first_argmax(jnp.where(legal, score, -jnp.inf))
+
+    return select
+
+
+def make_kl_selection(
+    *,
+    anchor_lambda: float,
+    lambda_schedule: str = "constant",
+    c_puct: float = 1.25,
+    lambda_sqrt: bool = True,
+    iterations: int = 64,
+) -> Callable[[chex.PRNGKey, mctx.Tree, chex.Numeric, chex.Numeric], chex.Array]:
+    """KL-regularised selection at every node (piKL applied recursively): an mctx selector.
+
+    At node s, π̄_s = argmax_π Σ_a Q(s, a)·π(a) − λ·KL(P(s, ·) ‖ π) (``pibar.pibar``) on the
+    completed Q (mctx's mixed value for unvisited children) with the node's prior as anchor and
+    λ from the schedule (``pibar.schedule_lambda``; "released" reads the game's scaled c from
+    ``tree.extra_data["c_puct"]``); the child taken is argmax_a π̄_s(a) − N(s, a)/(1 + ΣN(s)),
+    Grill et al.'s deterministic choice whose visit frequencies track π̄_s. So every node's
+    visits, not only the root's final policy, are held to the anchor with the strength the user
+    set. A node without visited children selects its prior's argmax. Ties go to the lowest id.
+    """
+
+    def select(rng_key, tree: mctx.Tree, node_index, depth=None):
+        del rng_key, depth
+        logits = tree.children_prior_logits[node_index]
+        legal = legal_from_logits(logits)
+        prior = jnp.exp(logits) if RAW_ROOT_LOGITS in tree.extra_data else jax.nn.softmax(logits)
+        prior = jnp.where(legal, prior, 0.0)
+        visits = tree.children_visits[node_index]
+        q = completed_q(tree, node_index, fpu_mode="mixed")
+        lam = pibar.schedule_lambda(
+            lambda_schedule,
+            anchor_lambda=anchor_lambda,
+            c_puct=c_puct,
+            scaled_c_puct=tree.extra_data["c_puct"],
+            total_visits=jnp.sum(visits),
+            num_legal=jnp.sum(legal),
+            sqrt=lambda_sqrt,
+        )
+        pi = pibar.pibar(q[None], prior[None], legal[None], lam[None], iterations=iterations)[0]
+        total = jnp.sum(visits).astype(jnp.float32)
+        score = pi - visits.astype(jnp.float32) / (1.0 + total)
         return first_argmax(jnp.where(legal, score, -jnp.inf))
 
     return select
