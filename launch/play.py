@@ -1,8 +1,11 @@
 """Play Allie in your browser: ``python -m launch.play --checkpoint DIR [--port 8000]``.
 
 Serves a local page (board, colour, the engine's Elo and mode, clocks, the engine's predicted
-think time and value, optional human pacing, PGN download). ``--checkpoint`` is a model directory
-or a training workdir.
+think time and value, arrows for its top moves, takeback, draw offers, rematch, resume after a
+reload, optional human pacing, PGN download). ``--checkpoint`` is a model directory or a training
+workdir. The ``--warmup`` modes compile before the page is served (``Allie.warmup``: every shape
+the mode can meet, as the UCI engine compiles); a game in another mode shows "preparing" while
+it compiles, with both clocks stopped, so no compile is ever on Allie's clock.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ _CHECKPOINT = flags.DEFINE_string("checkpoint", None, "Model directory or traini
 _PORT = flags.DEFINE_integer("port", 8000, "Port to serve on (0 picks a free one).")
 _HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to bind (0.0.0.0 exposes it).")
 _WARMUP = flags.DEFINE_list(
-    "warmup", ["policy", "adaptive"], "Modes compiled before serving (not on the engine's clock)."
+    "warmup",
+    ["policy", "adaptive"],
+    "Modes compiled before serving; other modes compile when their first game starts "
+    "('preparing', clocks stopped).",
 )
 _COMPILE_CACHE = flags.DEFINE_string(
     "compile_cache",
@@ -28,6 +34,9 @@ _COMPILE_CACHE = flags.DEFINE_string(
 
 def main(argv: list[str]) -> None:
     del argv
+    from allie_jax import cli
+
+    cli.setup("launch.play")  # library INFO logs to a file, not the console
     from allie_jax.host_memory import keep_freed_host_memory
 
     keep_freed_host_memory()  # before JAX starts: XLA's temporaries stop faulting in each call
