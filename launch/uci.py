@@ -9,6 +9,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    from allie_jax import cli
+
+    cli.setup("launch.uci")  # library INFO logs to a file: stdout is the UCI protocol
     parser = argparse.ArgumentParser(prog="allie-uci", description=__doc__)
     parser.add_argument(
         "--checkpoint",
@@ -22,28 +25,28 @@ def main(argv: list[str] | None = None) -> int:
         help="JAX persistent compilation cache directory (default: $ALLIE_JAX_CACHE_DIR or "
         "~/.cache/allie_jax/jax); 'none' turns it off",
     )
+    parser.add_argument(
+        "--fen_model",
+        "--fen-model",
+        default=None,
+        help="a board-reading model for positions given as a FEN whose history cannot be "
+        "found: maia:DIR[:elo] (Maia's policy) or board:RUN (a board-family checkpoint)",
+    )
     args = parser.parse_args(argv)
-    from allie_jax.data.paths import as_path, is_remote
-
+    # Only light checks here: the engine must answer `uci` within a second, so JAX, the model
+    # code and the checkpoint load after it (in the handler's loader thread).
     if not args.checkpoint:
         parser.error("--checkpoint DIR is required (or set ALLIE_CHECKPOINT)")
     maia = args.checkpoint.startswith("maia:")
     if maia:
-        from allie_jax.baselines.maia_player import parse_maia_spec
+        from allie_jax.baselines.maia_uci import spec_error
 
-        try:
-            maia_dir = parse_maia_spec(args.checkpoint).maia_dir
-        except ValueError as exc:
-            parser.error(str(exc))
-        if not os.path.isdir(maia_dir):
-            parser.error(f"--checkpoint {args.checkpoint!r}: Maia directory {maia_dir!r} not found")
-    elif not as_path(args.checkpoint).exists():  # local or gs:// (etils.epath)
-        parser.error(f"--checkpoint {args.checkpoint!r} does not exist")
-    elif as_path(args.checkpoint).is_file():  # e.g. the released best.pt: say how to convert it
-        from allie_jax.model.checkpoint import file_instead_of_directory
-
-        path = as_path(args.checkpoint)
-        parser.error(file_instead_of_directory(path if is_remote(path) else path.absolute()))
+        problem = spec_error(args.checkpoint)
+        if problem:
+            parser.error(f"--checkpoint {problem}")
+    else:
+        _check_checkpoint(parser, "--checkpoint", args.checkpoint)
+    fen_spec = _fen_model_spec(parser, args.fen_model) if args.fen_model else None
 
     # stdout carries the protocol only: route library chatter (absl, JAX) to stderr
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
@@ -51,23 +54,86 @@ def main(argv: list[str] | None = None) -> int:
     from allie_jax.host_memory import keep_freed_host_memory
 
     keep_freed_host_memory()  # before JAX starts: XLA's temporaries stop faulting in each call
-    # the cache first: importing the engine runs JAX (pgx's chess tables), which it serves too
-    from allie_jax.engine.compile_cache import enable_compilation_cache
-
-    if (args.compile_cache or "").lower() != "none":
-        try:
-            enable_compilation_cache(args.compile_cache)
-        except OSError as exc:  # the engine still works, it only compiles again next time
-            print(f"warning: {exc}; compiling without a persistent cache", file=sys.stderr)
-
-    from allie_jax.engine.api import Allie
     from allie_jax.engine.uci import run_uci
 
-    if maia:
+    def load():
+        # the cache first: importing the engine runs JAX (pgx's chess tables), which it serves
+        from allie_jax.engine.compile_cache import enable_compilation_cache
+
+        if (args.compile_cache or "").lower() != "none":
+            try:
+                enable_compilation_cache(args.compile_cache)
+            except OSError as exc:  # the engine still works, it only compiles again next time
+                print(f"warning: {exc}; compiling without a persistent cache", file=sys.stderr)
+        if maia:
+            from allie_jax.baselines.maia_uci import load_maia_uci
+
+            return load_maia_uci(args.checkpoint)
+        from allie_jax.engine.api import Allie
+
+        allie = Allie.load(args.checkpoint)
+        if fen_spec is not None:
+            allie.fen_model = _load_fen_model(fen_spec)
+        return allie
+
+    return run_uci(load)
+
+
+def _check_checkpoint(parser: argparse.ArgumentParser, flag: str, checkpoint: str) -> None:
+    """One line and exit 2 for a checkpoint that is missing or a file (local paths without
+    importing anything heavy; gs:// through etils.epath)."""
+    if "://" in checkpoint:
+        from allie_jax.data.paths import as_path
+
+        path = as_path(checkpoint)
+        if not path.exists():
+            parser.error(f"{flag} {checkpoint!r} does not exist")
+        if path.is_file():
+            from allie_jax.model.checkpoint import file_instead_of_directory
+
+            parser.error(file_instead_of_directory(path))
+        return
+    if not os.path.exists(checkpoint):
+        parser.error(f"{flag} {checkpoint!r} does not exist")
+    if os.path.isfile(checkpoint):  # e.g. the released best.pt: say how to convert it
+        import pathlib
+
+        from allie_jax.model.checkpoint import file_instead_of_directory
+
+        parser.error(file_instead_of_directory(pathlib.Path(checkpoint).absolute()))
+
+
+def _fen_model_spec(parser: argparse.ArgumentParser, spec: str) -> tuple[str, str]:
+    """``maia:DIR[:elo]`` -> ("maia", "maia:DIR:policy:ELO"); ``board:RUN`` -> ("board", RUN)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "maia" and rest:
+        directory, _, elo = rest.partition(":")
+        full = f"maia:{directory}:policy" + (f":{elo}" if elo else "")
+        from allie_jax.baselines.maia_uci import spec_error
+
+        problem = spec_error(full)
+        if problem:
+            parser.error(f"--fen_model {spec!r}: {problem}")
+        return "maia", full
+    if kind == "board" and rest:
+        _check_checkpoint(parser, "--fen_model", rest)
+        return "board", rest
+    parser.error(f"--fen_model {spec!r}: expected maia:DIR[:ELO] or board:RUN")
+    raise AssertionError  # parser.error exits
+
+
+def _load_fen_model(spec: tuple[str, str]):
+    kind, where = spec
+    if kind == "maia":
         from allie_jax.baselines.maia_uci import load_maia_uci
 
-        return run_uci(lambda: load_maia_uci(args.checkpoint))
-    return run_uci(lambda: Allie.load(args.checkpoint))
+        return load_maia_uci(where)
+    from allie_jax.engine.api import Allie
+
+    board = Allie.load(where)
+    if not board.reads_boards:
+        raise ValueError(f"--fen_model board:{where}: not a board-family checkpoint")
+    return board
 
 
 def run() -> None:

@@ -46,36 +46,57 @@ def test_predict_top_move_is_maia_argmax():
         sign = 1.0 if board.turn == chess.WHITE else -1.0
         assert pred.value_white == pytest.approx(sign * float(wdl[0, 0] - wdl[0, 2]), abs=1e-5)
         assert pred.think_time_s == 0.0 and pred.resign is False
-    # play at temperature 0 agrees with predict's argmax; a FEN start is refused clearly
+    # play at temperature 0 agrees with predict's argmax
     d = engine.play(
         games[1:2], "adaptive", 0, start_fens=[None], temperature=1.0, sampling="argmax"
     )
     assert d[0].move == max(preds[1].move_probs, key=preds[1].move_probs.get)
     assert vocab.MOVE_TO_ID[d[0].move] >= 0
-    with pytest.raises(ValueError, match="standard start"):
-        engine.predict([Game(moves=[])], start_fens=["8/8/8/8/8/8/k7/K6R w - - 0 1"])
+
+
+def test_maia_plays_from_a_fen_with_the_history_filled():
+    """A FEN start: the planes repeat the position in the 7 missing history steps (lc0's
+    FEN_ONLY fill), built here by hand from python-chess, and Maia's move is their argmax."""
+    from allie_jax.baselines.lc0_planes import _piece_masks, _unpack
+    from allie_jax.baselines.maia_uci import load_maia_uci
+
+    engine = load_maia_uci(f"maia:{MAIA_DIR}:policy:1500")
+    fen = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
+    board = chess.Board(fen)
+    planes = GameEncoder([], board).encode(0)
+    one = _unpack(np.asarray(_piece_masks(board, chess.WHITE), np.uint64))
+    for step in range(8):  # every history step is the position itself, from White's view
+        np.testing.assert_array_equal(planes[step * 13 : step * 13 + 12], one)
+        assert not planes[step * 13 + 12].any()
+    pol, _ = MaiaSet(str(MAIA_DIR)).predictor(1500)(planes[None])
+    legal = list(board.legal_moves)
+    best = legal[int(np.argmax([pol[0, lc0_moves.lc0_move_index(board, m)] for m in legal]))]
+    pred = engine.predict([Game(moves=[])], start_fens=[fen])[0]
+    assert max(pred.move_probs, key=pred.move_probs.get) == best.uci()
+    d = engine.play([Game(moves=[])], "policy", 0, start_fens=[fen], temperature=0.0)[0]
+    assert d.move == best.uci() and d.path == "prior" and "FEN" in d.note
 
 
 def test_uci_plays_legal_moves_and_multipv():
     spec = f"maia:{MAIA_DIR}:policy"
     cmd = [sys.executable, "-m", "launch.uci", "--checkpoint", spec, "--compile-cache", "none"]
-    engine = chess.engine.SimpleEngine.popen_uci(cmd, cwd=str(maia_support.REPO), timeout=60)
+    engine = chess.engine.SimpleEngine.popen_uci(cmd, cwd=str(maia_support.REPO), timeout=600)
     try:
         board = chess.Board()
         for _ in range(4):
             result = engine.play(board, chess.engine.Limit(time=20), info=chess.engine.INFO_ALL)
             assert result.move in board.legal_moves
-            assert result.info["string"].startswith("think_time")  # Maia decided, no fallback
+            assert " path prior " in result.info["string"]  # Maia decided, no fallback
             board.push(result.move)
         infos = engine.analyse(board, chess.engine.Limit(time=20), multipv=2)
         assert len(infos) == 2
         assert all(i["pv"][0] in board.legal_moves for i in infos)
         assert infos[0]["pv"][0] != infos[1]["pv"][0]
-        # a FEN start: Maia refuses it (no history) and the handler still plays a legal move
+        # a FEN start: Maia reads the board (history filled) and decides the move itself
         fen_board = chess.Board("r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3")
         result = engine.play(fen_board, chess.engine.Limit(time=20), info=chess.engine.INFO_ALL)
         assert result.move in fen_board.legal_moves
-        assert "standard start" in result.info.get("string", "")
+        assert " path prior " in result.info.get("string", "")
     finally:
         engine.quit()
 

@@ -133,17 +133,152 @@ def test_illegal_position_is_rejected_and_previous_kept():
     assert chess.Move.from_uci(best) in board.legal_moves
 
 
-def test_fen_without_history_warns_and_uses_fen_moves():
+class PeakedAllie(ScriptedAllie):
+    """Its prior prefers the *last* legal move in sorted order (never python-chess's first
+    generated one), and ``play`` can be held until released."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+        self.release.set()
+
+    def predict(self, games, *, start_fens=None):
+        from allie_jax.engine import Prediction
+
+        fens = start_fens or [None] * len(games)
+        out = []
+        for g, f in zip(games, fens, strict=True):
+            legal = sorted(m.uci() for m in self._board(g, f).legal_moves)
+            probs = {m: 0.5 / (len(legal) - 1) for m in legal[:-1]}
+            probs[legal[-1]] = 0.5
+            out.append(Prediction(probs, 1.0, 0.25, False))
+        return out
+
+    def play(self, games, preset, rng, *, start_fens=None, **overrides):
+        self.release.wait()
+        return super().play(games, preset, rng, start_fens=start_fens, **overrides)
+
+
+def test_a_forced_answer_plays_the_root_prior_never_the_first_legal_move():
+    allie = PeakedAllie()
+    allie.release.clear()  # the search never finishes in time
+    h, lines = make_handler(allie)
+    h.handle("position startpos moves e2e4")
+    h.handle("go movetime 400")
+    best = wait_for(lines, "bestmove")[0].split()[1]
+    board = chess.Board()
+    board.push_uci("e2e4")
+    prior = allie.predict([Game(moves=["e2e4"])])[0].move_probs
+    assert best == max(prior, key=prior.get)
+    assert best != next(iter(board.legal_moves)).uci()
+    assert any(line.endswith("path fallback") for line in lines)
+    assert h.path_counts == {"fallback": 1}
+    allie.release.set()
+    # stop while searching: the same fallback, once
+    allie.release.clear()
+    lines.clear()
+    h.handle("go infinite")
+    time.sleep(0.2)
+    h.handle("stop")
+    assert [line for line in lines if line.startswith("bestmove")] == [f"bestmove {best}"]
+    allie.release.set()
+    assert h.close()
+    assert h.path_counts["fallback"] == 2
+
+
+def test_every_move_names_its_path():
+    h, lines = make_handler(ScriptedAllie())
+    h.handle("position startpos")
+    for _ in range(3):
+        h.handle("go movetime 2000")
+        end = time.monotonic() + 10
+        while not h.path_counts.total() or h.thinking:
+            assert time.monotonic() < end
+            time.sleep(0.005)
+    assert h.path_counts == {"prior": 3}  # the stand-in's decisions ran no simulation
+    assert len([line for line in lines if " path prior " in line]) == 3
+
+
+def test_ponder_waits_for_ponderhit_then_answers():
     allie = ScriptedAllie()
     h, lines = make_handler(allie)
-    fen = "8/8/8/8/8/4k3/8/4K2R w K - 0 1"
-    h.handle(f"position fen {fen} moves e1g1")
-    assert any(line.startswith("info string warning") for line in lines)
-    h.handle("go nodes 10")
-    wait_for(lines, "bestmove")
-    game, start, preset, overrides = allie.calls[-1]
-    assert start == fen and game.moves == ["e1g1"]
-    assert preset == "adaptive" and overrides["budgets"] == [10]
+    h.handle("setoption name Ponder value true")
+    h.handle("position startpos moves e2e4 e7e5")
+    h.handle("go ponder wtime 60000 btime 60000")
+    end = time.monotonic() + 10
+    while not allie.calls:  # decided while pondering ...
+        assert time.monotonic() < end
+        time.sleep(0.005)
+    time.sleep(0.1)
+    assert not [line for line in lines if line.startswith("bestmove")]  # ... but not sent
+    h.handle("ponderhit")
+    best = wait_for(lines, "bestmove")[0].split()
+    board = chess.Board()
+    for m in ("e2e4", "e7e5"):
+        board.push_uci(m)
+    assert chess.Move.from_uci(best[1]) in board.legal_moves
+    assert best[2] == "ponder"  # the expected reply, legal after the move
+    board.push_uci(best[1])
+    assert chess.Move.from_uci(best[3]) in board.legal_moves
+    # stop during ponder answers too
+    lines.clear()
+    h.handle("go ponder wtime 60000 btime 60000")
+    time.sleep(0.1)
+    h.handle("stop")
+    assert len([line for line in lines if line.startswith("bestmove")]) == 1
+
+
+def test_unreadable_fen_is_said_once_and_plays_the_fallback():
+    from allie_jax.engine.api import Allie
+
+    allie = Allie(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)))
+    h, lines = make_handler(allie)
+    fen = "8/8/8/8/8/4k3/8/4K2R w K - 0 1"  # K+R v K: no short history from the start
+    h.handle(f"position fen {fen}")
+    h.handle("go nodes 4")
+    wait_for(lines, "bestmove", timeout=300)
+    h.handle(f"position fen {fen} moves e1g1 e3d3")
+    h.handle("go nodes 4")
+    end = time.monotonic() + 60
+    while len([line for line in lines if line.startswith("bestmove")]) < 2:
+        assert time.monotonic() < end
+        time.sleep(0.01)
+    assert h.close()
+    assert len([line for line in lines if line.startswith("info string no history")]) == 1
+    assert h.path_counts == {"fallback": 2}
+
+
+def test_fen_start_plays_from_a_found_history():
+    from allie_jax.engine.api import Allie
+
+    allie = Allie(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)))
+    seen = []
+    play = allie.play
+
+    def spy(games, *args, **kwargs):
+        seen.append((list(games[0].moves), kwargs.get("start_fens")))
+        return play(games, *args, **kwargs)
+
+    allie.play = spy
+    h, lines = make_handler(allie)
+    real = chess.Board()
+    for m in ("e2e4", "c7c5", "g1f3", "d7d6", "d2d4", "c5d4"):
+        real.push_uci(m)
+    fen = real.fen()
+    h.handle(f"position fen {fen} moves f3d4")
+    h.handle("setoption name Mode value policy")
+    h.handle("go nodes 4")
+    wait_for(lines, "bestmove", timeout=300)  # compiles the policy path (no warm-up here)
+    assert h.close()
+    assert any(line.startswith("info string playing from a history") for line in lines)
+    moves, fens = seen[-1]
+    assert fens == [None]
+    board = chess.Board()  # python-chess replays the history: it reaches the FEN exactly
+    for m in moves[:-1]:
+        board.push_uci(m)
+    assert board.board_fen() == real.board_fen() and board.turn == real.turn
+    assert board.castling_rights == real.castling_rights and moves[-1] == "f3d4"
+    assert h.path_counts == {"prior": 1}
 
 
 def test_infinite_waits_for_stop_and_isready_answers_while_thinking():

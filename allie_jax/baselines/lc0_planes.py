@@ -5,7 +5,10 @@ Planes (each 8×8, square = rank·8 + file, all from the side to move's view):
 - 8 history steps × 13 planes, newest first: the mover's P N B R Q K, the opponent's P N B R Q K,
   and a plane of ones when that position had occurred before in the game (a repetition). Every
   step is drawn from the *current* mover's perspective, with ranks mirrored when Black is to move.
-  Steps before the game's first position are zero (games start from the standard position).
+  Steps before the game's first position are zero when the game starts from the standard
+  position; a game set up from another position (a FEN) has no history, and those steps repeat
+  its first position as lc0 does (``FillEmptyHistory::FEN_ONLY``): with an en-passant square,
+  the pawn that just moved two squares is put back for the repeated steps.
 - 104..107: ones if the mover may castle queenside, kingside, the opponent queenside, kingside;
 - 108: ones when Black is to move; 109: the rule-50 half-move count (raw, not scaled);
 - 110: zeros; 111: ones.
@@ -92,8 +95,17 @@ class GameEncoder:
 
     def __init__(self, moves: Sequence[str | chess.Move], board: chess.Board | None = None):
         board = chess.Board() if board is None else board.copy(stack=False)
-        if board.fen() != chess.STARTING_FEN:
-            raise ValueError("GameEncoder: games must start from the standard position")
+        # lc0 fills the missing history only when the game did not start at the standard board
+        self._fill: tuple[list[int], list[int]] | None = None
+        if board.board_fen() != chess.Board().board_fen():
+            before = board.copy(stack=False)
+            if board.ep_square is not None:  # undo the double push that made the square
+                down = -8 if board.turn == chess.WHITE else 8
+                pawn_at, origin = board.ep_square + down, board.ep_square - down
+                piece = before.remove_piece_at(pawn_at)
+                if piece is not None:
+                    before.set_piece_at(origin, piece)
+            self._fill = (_piece_masks(before, chess.WHITE), _piece_masks(before, chess.BLACK))
         self._views: list[tuple[list[int], list[int]]] = []  # (white's view, black's view)
         self._repeated: list[bool] = []
         self._aux: list[tuple[bool, tuple[bool, bool, bool, bool], int]] = []
@@ -137,6 +149,10 @@ class GameEncoder:
             boards[step] = self._absolute[ply - step]
             rep[step] = self._repeated[ply - step]
             valid[step] = True
+        if self._fill is not None:  # a FEN start: repeat the first position
+            for step in range(ply + 1, HISTORY):
+                boards[step] = self._absolute[0]
+                valid[step] = True
         return boards, rep, valid
 
     def masks(self, ply: int) -> tuple[np.ndarray, int]:
@@ -146,9 +162,14 @@ class GameEncoder:
         full = np.uint64(0xFFFFFFFFFFFFFFFF)
         for step in range(HISTORY):
             idx = ply - step
-            if idx < 0:
-                break
             base = step * PLANES_PER_STEP
+            if idx < 0:
+                if self._fill is None:
+                    break
+                # the first position again, from the current mover's view (lc0 stops
+                # alternating the perspective at the first position)
+                out[base : base + 12] = self._fill[1 if black else 0]
+                continue
             out[base : base + 12] = self._views[idx][1 if black else 0]
             if self._repeated[idx]:
                 out[base + 12] = full

@@ -1,8 +1,9 @@
 """Maia behind the UCI handler: ``python -m launch.uci --checkpoint maia:DIR[:preset[:elo]]``.
 
 ``allie_jax.engine.uci.UciHandler`` drives an ``Allie``-shaped object: ``play([game], preset, rng,
-start_fens=..., <clock kwargs>, **overrides)`` and ``predict([game], start_fens=...)`` (MultiPV,
-the game-over fallback). ``MaiaUciEngine`` answers both with ``MaiaPlayer``:
+start_fens=..., <clock kwargs>, **overrides)``, ``predict([game], start_fens=...)`` and
+``root_prior(game, fen)`` (MultiPV, the fallback). ``MaiaUciEngine`` answers them with
+``MaiaPlayer``:
 
 - the spec's preset is the default; a UCI ``Mode`` that is not a Maia preset (``adaptive``,
   ``greedy``, ...) plays the spec's preset, a Maia one (``policy``/``search``/``gumbel``) plays it;
@@ -10,48 +11,77 @@ the game-over fallback). ``MaiaUciEngine`` answers both with ``MaiaPlayer``:
 - the UCI ``Temperature`` is honoured (0: Maia's argmax, 1: sampling its policy);
 - clock/deadline/search-budget kwargs are ignored (Maia answers in one network call, or a fixed
   number of simulations for ``search``/``gumbel``);
-- positions set up from a FEN are refused with a clear error: Maia's input planes need the move
-  history from the standard start (the handler then says so in an ``info string`` and plays a
-  legal move).
+- Maia reads boards, so a position set up from a FEN is played directly: the missing history is
+  filled by repeating the position, as lc0 does (``lc0_planes.GameEncoder``). Maia's search walks
+  games from the standard start, so from a FEN every preset plays Maia's policy (said in the
+  decision's note).
+
+This module imports no JAX at import time (``launch.uci`` checks a spec before answering ``uci``).
 """
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
+from typing import Any
 
 import chess
-import jax
 import numpy as np
 
 from allie_jax import vocab
-from allie_jax.baselines.maia_player import PRESETS, MaiaPlayer, MaiaSpec
-from allie_jax.engine.api import Decision, Prediction
 from allie_jax.game import Game
 
+MAIA_PRESETS = ("policy", "search", "gumbel")  # maia_player.PRESETS (that module starts JAX)
 
-def _check_starts(start_fens: Sequence[str | None] | None) -> None:
-    """Maia reads the history from the standard start: refuse any other start position."""
-    for fen in start_fens or ():
-        if fen is not None and fen != chess.STARTING_FEN:
-            raise ValueError(
-                f"maia: the position starts from FEN {fen!r}; Maia needs the game's moves from "
-                "the standard start (use 'position startpos moves ...')"
-            )
+
+def spec_error(spec: str) -> str | None:
+    """What is wrong with ``maia:DIR[:preset[:elo]]`` (None: nothing), without starting JAX.
+
+    ``maia_player.parse_maia_spec`` is the full parse (run when the engine loads); this light
+    check lets ``launch.uci`` refuse a bad spec in one line before answering ``uci``.
+    """
+    kind, _, rest = spec.partition(":")
+    parts = rest.split(":") if rest else []
+    if kind != "maia" or not parts or len(parts) > 3 or not parts[0]:
+        return f"maia spec {spec!r}: expected maia:DIR[:PRESET[:ELO]]"
+    if len(parts) > 1 and parts[1] and parts[1] not in MAIA_PRESETS:
+        return f"maia spec {spec!r}: preset {parts[1]!r} not in {sorted(MAIA_PRESETS)}"
+    if len(parts) == 3 and parts[2] not in ("", "auto") and not parts[2].isdigit():
+        return f"maia spec {spec!r}: Elo {parts[2]!r} is not a number"
+    import os
+
+    if not os.path.isdir(parts[0]):
+        return f"maia spec {spec!r}: Maia directory {parts[0]!r} not found"
+    return None
+
+
+def _board(game: Game, fen: str | None) -> chess.Board:
+    board = chess.Board(fen) if fen else chess.Board()
+    for uci in game.moves:
+        board.push_uci(uci)
+    return board
 
 
 class MaiaUciEngine:
     """``Allie``-shaped Maia for ``run_uci`` (see the module docstring)."""
 
-    def __init__(self, spec: MaiaSpec, **player_kwargs):
+    reads_boards = True  # no history search: a FEN is read directly
+
+    def __init__(self, spec: Any, **player_kwargs: Any) -> None:
+        from allie_jax.baselines.maia_player import MaiaPlayer
+
         self.spec = spec
         self.player_kwargs = player_kwargs
-        self._players: dict[str, MaiaPlayer] = {spec.preset: MaiaPlayer(spec, **player_kwargs)}
+        self._players: dict[str, Any] = {spec.preset: MaiaPlayer(spec, **player_kwargs)}
+        self._priors: collections.OrderedDict[Any, Any] = collections.OrderedDict()
 
     def preset_for(self, preset: str) -> str:
         """A UCI ``Mode`` → the Maia preset it plays (unknown ones: the spec's)."""
-        return preset if preset in PRESETS else self.spec.preset
+        return preset if preset in MAIA_PRESETS else self.spec.preset
 
-    def _player(self, preset: str) -> MaiaPlayer:
+    def _player(self, preset: str) -> Any:
+        from allie_jax.baselines.maia_player import MaiaPlayer, MaiaSpec
+
         preset = self.preset_for(preset)
         if preset not in self._players:
             spec = MaiaSpec(self.spec.maia_dir, preset, self.spec.elo)
@@ -62,53 +92,132 @@ class MaiaUciEngine:
         self,
         games: Sequence[Game],
         preset: str,
-        rng,
+        rng: Any,
         *,
         start_fens: Sequence[str | None] | None = None,
         temperature: float = 0.0,
         sampling: str | None = None,
-        **_clock_and_overrides,
-    ) -> list[Decision]:
-        _check_starts(start_fens)
+        **_clock_and_overrides: Any,
+    ) -> list[Any]:
+        import dataclasses
+
+        import jax
+
+        fens = list(start_fens) if start_fens is not None else [None] * len(games)
         player = self._player(preset)
-        player.temperature = 0.0 if sampling == "argmax" else float(temperature)
+        t = 0.0 if sampling == "argmax" else float(temperature)
+        player.temperature = t
         key = rng if isinstance(rng, jax.Array) else jax.random.key(int(rng))
-        return player.play(games, key)
+        out: list[Any] = [None] * len(games)
+        std = [i for i, f in enumerate(fens) if f is None]
+        if std:
+            played = player.play([games[i] for i in std], key)
+            for i, d in zip(std, played, strict=True):
+                out[i] = dataclasses.replace(d, path="search" if d.sims > 0 else "prior")
+        seed = int(np.asarray(jax.random.key_data(key)).ravel()[-1])
+        np_rng = np.random.default_rng(seed)
+        for i, fen in enumerate(fens):
+            if fen is None:
+                continue
+            out[i] = self._from_fen(games[i], fen, t, np_rng, player)
+        return out
+
+    def _from_fen(self, game: Game, fen: str, temperature: float, np_rng, player) -> Any:
+        """Maia's policy move on a position set up from a FEN (history filled as lc0 does)."""
+        from allie_jax.engine.api import Decision
+
+        pred = self.predict([game], start_fens=[fen])[0]
+        moves = list(pred.move_probs)
+        p = np.asarray([pred.move_probs[m] for m in moves], np.float64)
+        if temperature > 0:
+            w = p ** (1.0 / temperature)
+            move = moves[int(np_rng.choice(len(moves), p=w / w.sum()))]
+        else:
+            move = moves[int(np.argmax(p))]
+        note = "maia read the position from the FEN (history filled by repeating it, as lc0)"
+        if player.config is not None:
+            note += "; its search needs the game from the standard start: policy played"
+        return Decision(
+            move=move,
+            think_time_s=0.0,
+            value=pred.value_white,
+            resigned=False,
+            sims=0,
+            policy=dict(pred.move_probs),
+            note=note,
+            path="prior",
+        )
+
+    def warmup(self, preset: str = "policy", batch_size: int = 1, **overrides: Any) -> int:
+        """Run every network call a move under ``preset`` makes once (at ``isready``), so the
+        first move does not spend its clock compiling: the prior, the move, a FEN start."""
+        game = Game(moves=["e2e4"], white_elo=1500, black_elo=1500)
+        self.predict([game])
+        self.play([game], preset, 0, **overrides)
+        fen = "rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2"
+        self.predict([Game(moves=[], white_elo=1500, black_elo=1500)], start_fens=[fen])
+        return 3
+
+    def root_prior(self, game: Game, fen: str | None = None) -> Any:
+        """``predict`` for one game, cached (the UCI handler's fallback and MultiPV)."""
+        key = (game.white_elo, game.black_elo, tuple(game.moves), fen)
+        hit = self._priors.get(key)
+        if hit is None:
+            hit = self.predict([game], start_fens=[fen])[0]
+            self._priors[key] = hit
+            while len(self._priors) > 256:
+                self._priors.popitem(last=False)
+        return hit
 
     def predict(
         self, games: Sequence[Game], start_fens: Sequence[str | None] | None = None
-    ) -> list[Prediction]:
+    ) -> list[Any]:
         """Maia's softmax over the legal moves and its W−L (White's view) for each game."""
-        _check_starts(start_fens)
+        from allie_jax.baselines.eval_systems import vocab_policy
+        from allie_jax.baselines.lc0_planes import GameEncoder
+        from allie_jax.engine.api import Prediction
+
+        fens = list(start_fens) if start_fens is not None else [None] * len(games)
         player = self._players[self.spec.preset]
-        out: list[Prediction | None] = [None] * len(games)
+        out: list[Any] = [None] * len(games)
         live: dict[int, list[int]] = {}
         for i, g in enumerate(games):
-            board = chess.Board()
-            for uci in g.moves:
-                board.push_uci(uci)
+            board = _board(g, fens[i])
             if not any(board.legal_moves):
                 out[i] = _terminal(board)
             else:
                 live.setdefault(player.rating_for(g), []).append(i)
         for rating, rows in sorted(live.items()):
-            policies, values, _ = player._policy(rating, [games[i] for i in rows])
+            encoders, boards = [], []
+            for i in rows:
+                start = chess.Board(fens[i]) if fens[i] else None
+                encoders.append(GameEncoder(games[i].moves, start))
+                boards.append(_board(games[i], fens[i]))
+            planes = np.stack(
+                [e.encode(len(games[i].moves)) for e, i in zip(encoders, rows, strict=True)]
+            )
+            pol, wdl = player.maia.predictor(rating)(planes)
             for j, i in enumerate(rows):
-                board, ids = player._legal(games[i])
-                p = np.asarray(policies[j], np.float64)[ids]
+                board, ply = boards[j], len(games[i].moves)
+                ids = np.array([vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves], np.int32)
+                black = board.turn == chess.BLACK
+                probs = vocab_policy(pol[j], black, encoders[j].king_home[ply], ids)
+                p = np.asarray(probs, np.float64)[ids]
                 p = p / p.sum()
-                white = board.turn == chess.WHITE
+                value = float(wdl[j, 0] - wdl[j, 2])
                 out[i] = Prediction(
                     move_probs={vocab.MOVES[int(m)]: float(q) for m, q in zip(ids, p, strict=True)},
                     think_time_s=0.0,
-                    value_white=float(values[j] if white else -values[j]),
+                    value_white=value if not black else -value,
                     resign=False,
                 )
-        return out  # type: ignore[return-value]
+        return out
 
 
-def _terminal(board: chess.Board) -> Prediction:
+def _terminal(board: chess.Board) -> Any:
     """No legal move (mate or stalemate): the result as the value, no moves."""
+    from allie_jax.engine.api import Prediction
+
     outcome = board.outcome(claim_draw=False)
     value = 0.0 if outcome is None or outcome.winner is None else (1.0 if outcome.winner else -1.0)
     return Prediction(move_probs={}, think_time_s=0.0, value_white=value, resign=False)

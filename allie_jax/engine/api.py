@@ -9,8 +9,18 @@ Every preset goes through ``allie_jax.search.Searcher`` (``policy`` and ``greedy
 budget-0 path), so one rule (``allie_jax.search.decision``) picks every move and decides every
 resignation. What the Searcher cannot take (it replays from the standard start inside jit and
 reads at most the model's context) is answered from one forward pass with python-chess's legal
-moves and the same rule: games from a FEN, games longer than the context, and positions with a
-claimable draw; a search preset falling back to the policy there is flagged in ``Decision.note``.
+moves and the same rule: games longer than the context and positions with a claimable draw; a
+search preset falling back to the policy there is flagged in ``Decision.note``.
+
+The model reads the game, not the board. A game that starts from a FEN is first given a history
+(``engine.fen_history``: a legal move sequence from the standard start reaching that position
+exactly), and played from it like any other game; where none is found, a board-reading model the
+caller set as ``fen_model`` answers, and without one the move is the fallback (``path``
+"fallback", with a note saying why) rather than a search on a position the model misreads.
+
+``Decision.path`` names what decided each move: "search" (simulations ran), "prior" (the
+model's policy alone, as the preset asked or with no simulation run) or "fallback" (a caller out
+of time answered from the root prior, ``Allie.root_prior``, or the position could not be read).
 
 A clock reaches the search through ``play(..., deadline=, should_stop=)``: the search then runs
 in chunks and stops with what it has. ``warmup`` compiles every shape a caller (the UCI engine,
@@ -32,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from allie_jax import aot, vocab
+from allie_jax import aot, player, vocab
 from allie_jax.game import Game, denormalize_think_time, header_tokens
 from allie_jax.search import decision
 from allie_jax.search.config import MODES, SearchConfig
@@ -57,24 +67,7 @@ class Prediction:
     resign: bool
 
 
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """A move chosen under a preset. ``value`` is from White's view, like ``value_white``.
-
-    ``effective_lambda`` is the KL weight λ the final policy is optimal for, π' = argmax_p
-    Σ p·q − λ·KL(p‖anchor): π̄'s λ_N for ``search``/``adaptive``, (q_max − q_min) /
-    ((c_visit + max N) · c_scale) for the Gumbel modes (whose knob is ``gumbel_c_scale``);
-    NaN when no simulation ran (``policy``, ``greedy``, a budget of 0, a fallback).
-    """
-
-    move: str
-    think_time_s: float
-    value: float
-    resigned: bool
-    sims: int
-    policy: dict[str, float]
-    note: str = ""
-    effective_lambda: float = math.nan
+Decision = player.Decision  # the one Decision type (allie_jax/player.py)
 
 
 def _side_to_move_value(value_white: float, board: chess.Board) -> float:
@@ -193,7 +186,11 @@ class Allie:
         self.model = model
         self._searcher_factory = searcher_factory
         self._searchers: dict[Any, Any] = {}
+        self._priors: collections.OrderedDict[Any, Prediction] = collections.OrderedDict()
         self.fixed_shapes = fixed_shapes
+        # an Allie-shaped player that reads boards (Maia, the board family), for positions
+        # given as a FEN with no history this model can read
+        self.fen_model: Any = None
         if fixed_shapes:
             self._forward.fix_shapes()
 
@@ -314,6 +311,42 @@ class Allie:
             )
         return out
 
+    @property
+    def reads_boards(self) -> bool:
+        """True for the board family: it reads the position itself, so any FEN is fine."""
+        return hasattr(self._forward, "raw")
+
+    def root_prior(self, game: Game, start_fen: str | None = None) -> Prediction:
+        """The model's policy, think time and value at the game's root: one forward, cached.
+
+        A caller with a clock computes this first, so that whatever happens to the search it
+        has the model's own choice to play (``fallback_decision``).
+        """
+        key = (game.white_elo, game.black_elo, game.time_control, tuple(game.moves), start_fen)
+        hit = self._priors.get(key)
+        if hit is None:
+            hit = self.predict([game], start_fens=[start_fen])[0]
+            self._priors[key] = hit
+            while len(self._priors) > 256:
+                self._priors.popitem(last=False)
+        self._priors.move_to_end(key)
+        return hit
+
+    def history_for(self, game: Game, start_fen: str | None, **limits: Any) -> tuple[Game, str]:
+        """``game`` rewritten to start from the standard position when a history reaching
+        ``start_fen`` is found (``fen_history.find_history``), and a line saying what happened;
+        unchanged (with the reason) when none is."""
+        from allie_jax.engine import fen_history
+
+        if start_fen is None:
+            return game, ""
+        found = fen_history.find_history(start_fen, **limits)
+        if not found.found:
+            return game, found.why
+        moves = list(found.moves or ()) + list(game.moves)
+        note = f"history of {len(found.moves or ())} plies from the standard start to the FEN"
+        return dataclasses.replace(game, moves=moves), note
+
     # ------------------------------------------------------------------ play
 
     def _searcher(self, config: Any) -> Any:
@@ -338,6 +371,7 @@ class Allie:
         should_stop: Callable[[], bool] | None = None,
         budgets: Sequence[int] | None = None,
         progress: Callable[[int, list[str]], None] | None = None,
+        find_histories: bool = True,
         **overrides: Any,
     ) -> list[Decision]:
         """Choose a move for each game under a preset name or a ``SearchConfig``.
@@ -352,6 +386,8 @@ class Allie:
         cut the search short: it runs in chunks and plays from the simulations it has.
         ``budgets`` (one per game) replaces the preset's budget rule; ``progress(sims, moves)``
         hears each chunk's most visited moves (of the searched games, in their order).
+        ``find_histories=False``: a caller that already looked for the FENs' histories (and
+        passes the games it found one for from the standard start) skips the search for them.
         """
         games = list(games)
         if not games:
@@ -365,8 +401,27 @@ class Allie:
             raise ValueError(f"budgets has {len(budgets)} entries for {len(games)} games")
         key_search, key_direct = _play_keys(rng)
         fens = list(start_fens) if start_fens is not None else [None] * len(games)
-        why = [self._direct_reason(g, f, b) for g, f, b in zip(games, fens, boards, strict=True)]
         decisions: list[Decision | None] = [None] * len(games)
+        notes = [""] * len(games)
+        unread: dict[int, str] = {}
+        for i, fen in enumerate(fens):
+            if fen is None or self.reads_boards:
+                continue
+            if not find_histories:
+                unread[i] = "no history found for it"
+                continue
+            games[i], notes[i] = self.history_for(games[i], fen)
+            if notes[i].startswith("history of"):
+                fens[i] = None
+            else:
+                unread[i] = notes[i]
+        if unread:
+            for i, d in self._unread(games, boards, fens, unread, preset, rng, config).items():
+                decisions[i] = d
+        why = [
+            "(read elsewhere)" if decisions[i] is not None else self._direct_reason(g, f, b)
+            for i, (g, f, b) in enumerate(zip(games, fens, boards, strict=True))
+        ]
         std = [i for i, w in enumerate(why) if not w]
         if std:
             try:
@@ -391,10 +446,50 @@ class Allie:
             )
             for i, d in zip(idx, direct, strict=True):
                 decisions[i] = d
+        for i, note in enumerate(notes):
+            d = decisions[i]
+            if note and d is not None and i not in unread:
+                decisions[i] = dataclasses.replace(
+                    d, note="; ".join(x for x in (note, d.note) if x)
+                )
         return decisions  # type: ignore[return-value]
 
+    def _unread(
+        self,
+        games: list[Game],
+        boards: list[chess.Board],
+        fens: list[str | None],
+        unread: dict[int, str],
+        preset: Any,
+        rng: Any,
+        config: SearchConfig,
+    ) -> dict[int, Decision]:
+        """Games from a FEN with no history found: the ``fen_model`` reads them, else the
+        fallback (the model's prior, which reads only the moves after the FEN), flagged."""
+        idx = sorted(unread)
+        out: dict[int, Decision] = {}
+        if self.fen_model is not None:
+            mode = preset if isinstance(preset, str) else config.mode
+            played = self.fen_model.play(
+                [games[i] for i in idx], mode, rng, start_fens=[fens[i] for i in idx]
+            )
+            for i, d in zip(idx, played, strict=True):
+                note = f"no history for the FEN ({unread[i]}): the board model decided"
+                out[i] = dataclasses.replace(d, note="; ".join(x for x in (note, d.note) if x))
+            return out
+        _, key = _play_keys(rng)
+        direct = self._direct([games[i] for i in idx], [boards[i] for i in idx], config, key)
+        for i, d in zip(idx, direct, strict=True):
+            note = (
+                f"no history for the FEN ({unread[i]}) and no board model (--fen_model): "
+                "fallback: the model's prior from the moves after the FEN, a position it "
+                "cannot read"
+            )
+            out[i] = dataclasses.replace(d, note=note, path="fallback")
+        return out
+
     def _direct_reason(self, game: Game, fen: str | None, board: chess.Board) -> str:
-        if fen is not None:
+        if fen is not None and not self.reads_boards:
             return "from a FEN"
         if len(game.moves) + 3 > self._forward.max_len:
             return "beyond the model's context"
@@ -415,15 +510,25 @@ class Allie:
         for i in range(len(games)):
             pol = np.asarray(out.policy[i])
             ids = np.nonzero(pol > 0)[0]
+            counts = getattr(out, "visit_counts", None)
+            visits = {}
+            if counts is not None:
+                row = np.asarray(counts[i])
+                visits = {vocab.MOVES[j]: int(row[j]) for j in np.nonzero(row > 0)[0]}
+            sv = getattr(out, "search_value", None)
+            sims = int(out.num_sims[i])
             decisions.append(
                 Decision(
                     move=str(out.move[i]),
                     think_time_s=float(out.think_time_s[i]),
                     value=float(out.value_white[i]),
                     resigned=bool(out.resign[i]),
-                    sims=int(out.num_sims[i]),
+                    sims=sims,
                     policy={vocab.MOVES[j]: float(pol[j]) for j in ids},
                     effective_lambda=math.nan if lam is None else float(lam[i]),
+                    path="search" if sims > 0 else "prior",
+                    search_value=math.nan if sv is None or sims == 0 else float(sv[i]),
+                    visits=visits,
                 )
             )
         return decisions
@@ -474,6 +579,40 @@ def _play_keys(rng: Any) -> tuple[jax.Array, jax.Array]:
     """The search's and the direct pass's keys of one ``play`` call (warm-up runs it too)."""
     key_search, key_direct = jax.random.split(as_jax_key(rng))
     return key_search, key_direct
+
+
+def fallback_decision(prior: Prediction, note: str) -> Decision:
+    """The move a caller out of time plays: the root prior's most likely legal move (the model's
+    own first choice, never an arbitrary legal move)."""
+    if not prior.move_probs:
+        raise ValueError("the root prior has no legal move: the game is over")
+    move = max(prior.move_probs, key=prior.move_probs.__getitem__)
+    return Decision(
+        move=move,
+        think_time_s=prior.think_time_s,
+        value=prior.value_white,
+        resigned=False,
+        sims=0,
+        policy=dict(prior.move_probs),
+        note=note,
+        path="fallback",
+    )
+
+
+def temper(d: Decision, temperature: float, rng: Any) -> Decision:
+    """A searched move drawn again from the search's final policy at ``temperature`` (0: its
+    most likely move; 1: the move as the search drew it). Budget-0 moves already had the
+    preset's temperature applied to the prior."""
+    if d.path != "search" or temperature == 1.0 or not d.policy:
+        return d
+    moves = sorted(d.policy)
+    p = np.asarray([d.policy[m] for m in moves], np.float64)
+    if temperature <= 0:
+        return dataclasses.replace(d, move=moves[int(np.argmax(p))])
+    w = np.exp(np.log(np.maximum(p, 1e-30)) / temperature)
+    seed = int(np.asarray(jax.random.key_data(as_jax_key(rng))).ravel()[-1])
+    pick = np.random.default_rng(seed).choice(len(moves), p=w / w.sum())
+    return dataclasses.replace(d, move=moves[int(pick)])
 
 
 def _legal_masks(boards: Sequence[chess.Board]) -> np.ndarray:

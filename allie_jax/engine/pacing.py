@@ -1,41 +1,25 @@
 """How long a move may take under the clock: the one rule for the search deadline and pacing.
 
 The model predicts think times without seeing the clock (clocks are not tokens), and the search
-budget follows that prediction, so the clock bound lives here: a move never plans more than a
-quarter of the remaining time plus the increment, and always leaves a safety margin
-(``time_budget``). The search gets that limit as its deadline (it runs in chunks and stops with
-what it has); human pacing waits at most until it; and ``answer_by`` adds the small grace after
-which the UCI engine answers without waiting for the search at all.
+budget follows that prediction, so the clock bound lives outside the model: the time manager
+(``allie_jax.engine.time_manager``: movestogo, move overhead, a per-move target capped by a safe
+maximum) gives each move its limit (``time_budget``). The search gets that limit as its deadline
+(it runs in chunks and stops with what it has); human pacing waits at most until it; and
+``answer_by`` adds the small grace after which a caller answers without waiting for the search.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from allie_jax.engine.time_manager import Clock, move_limit
 
-SAFETY_S = 1.0  # never plan to use the last second (network lag, process scheduling)
-MAX_FRACTION = 0.25  # of the remaining time, for one move (plus the increment)
-MOVETIME_MARGIN_S = 0.05  # ``go movetime``: answer this much before the time is up
-GRACE_S = 0.2  # after the limit, the engine answers without the search (at most 1/4 of the rest)
+__all__ = ["Clock", "answer_by", "paced_time", "remaining_wait", "time_budget"]
 
-
-@dataclasses.dataclass(frozen=True)
-class Clock:
-    """The mover's clock at the moment a move is asked for (seconds; None = no clock)."""
-
-    time_left_s: float | None = None
-    increment_s: float = 0.0
-    movetime_s: float | None = None  # a fixed time for this move (UCI ``go movetime``)
+GRACE_S = 0.2  # after the limit, a caller answers without the search (at most 1/4 of the rest)
 
 
 def time_budget(clock: Clock) -> float | None:
-    """The most a move may take under this clock; None when nothing bounds it."""
-    bounds = []
-    if clock.movetime_s is not None:
-        bounds.append(max(0.0, clock.movetime_s - MOVETIME_MARGIN_S))
-    if clock.time_left_s is not None:
-        left = max(0.0, clock.time_left_s)
-        bounds.append(max(0.0, min(left * MAX_FRACTION + clock.increment_s, left - SAFETY_S)))
-    return min(bounds) if bounds else None
+    """The most a move may take under this clock (``time_manager.move_limit``); None: unbounded."""
+    return move_limit(clock)
 
 
 def answer_by(clock: Clock) -> float | None:
@@ -49,10 +33,10 @@ def answer_by(clock: Clock) -> float | None:
         return None
     grace = [GRACE_S]
     if clock.movetime_s is not None:
-        grace.append(0.5 * MOVETIME_MARGIN_S)
+        grace.append(0.5 * max(0.0, clock.overhead_s))
     if clock.time_left_s is not None:
-        grace.append(0.25 * max(0.0, clock.time_left_s - budget))
-    return budget + min(grace)
+        grace.append(0.25 * max(0.0, clock.time_left_s - clock.overhead_s - budget))
+    return budget + max(0.0, min(grace))
 
 
 def paced_time(predicted_s: float, clock: Clock) -> float:

@@ -2,39 +2,50 @@
 
 Design choices that matter to GUIs and bots:
 
-* ``uci`` is answered at once and the checkpoint loads in a background thread; ``isready`` waits
-  for it, so a GUI never times out on ``uci`` and ``go`` never races the load. ``isready`` then
-  compiles every shape the engine can meet under the current options (``Allie.warmup``; again
-  after options changed), so no move waits for the compiler.
-  With JAX's persistent compilation cache (``launch.uci`` turns it on) a second launch loads
-  them from disk.
-* ``go`` thinks in a worker thread, so ``isready`` and ``stop`` are answered while thinking.
-  ``bestmove`` is sent exactly once per ``go``. The clock gives the move a limit
-  (``pacing.time_budget``); the search runs in chunks and stops there with what it has, and
-  ``stop`` ends it within a chunk. Should the worker still not have answered shortly after the
-  limit (``pacing.answer_by``), or 50 ms after ``stop``, the engine answers a legal move itself.
+* ``uci`` is answered at once: this module imports no JAX, and the loader (which imports the
+  model code and reads the checkpoint) runs in a background thread started by ``uci``;
+  ``isready`` waits for it and then compiles every shape the engine can meet under the current
+  options (``Allie.warmup``; again after options changed), so no move waits for the compiler.
+* ``go`` thinks in a worker thread, so ``isready``, ``stop`` and ``ponderhit`` are answered while
+  thinking. ``bestmove`` is sent exactly once per ``go``. The time manager
+  (``engine.time_manager``: ``movestogo``, ``Move Overhead``) gives the whole move a limit; the
+  search's own deadline keeps back the time its finish has been taking, and at the limit the
+  engine answers itself if the worker has not.
+* The move never comes from outside the model. The worker first computes the root prior (one
+  forward, cached); an answer forced by the clock or ``stop`` plays the search's most visited
+  move so far, else the prior's most likely move. An ``info string ... path P`` line names what
+  decided every move: ``search`` (simulations ran), ``prior`` (the model's policy alone, as the
+  preset asks or when no simulation ran) or ``fallback`` (the clock or ``stop`` forced the answer,
+  or the position could not be read).
+* The model reads the game, not a board: ``position startpos moves ...`` is the game so far.
+  ``position fen F moves ...`` gets a history: a legal sequence from the standard start reaching
+  ``F`` exactly (``engine.fen_history``, searched in the background from ``position`` on), and
+  the game is played from it. Without one, the position goes to the board-reading model the user
+  configured (``fen_model``), else the move is the fallback; an ``info string`` says which, once
+  per game.
 * Each game gets an id (a new one at ``ucinewgame`` or when ``position`` does not continue the
   last one), so the search keeps the game's KV cache between moves and a move costs only the
   plies added since the last one.
 * Allie's own rating: ``SelfElo`` if set, else ``UCI_Elo`` when ``UCI_LimitStrength`` is on
   (the UCI convention: a GUI sending every default plays as Allie-Policy does, at the
   opponent's rating), else the opponent's rating (``UCI_Opponent`` or ``OppoElo``).
-* The model reads the game, not a board: ``position startpos moves ...`` is encoded as the game so
-  far. ``position fen F moves ...`` has no history, so the model reads only the moves after ``F``
-  (behind the usual header) while the legal moves come from ``F`` (python-chess); an
-  ``info string`` warns that this is off the training distribution. Search presets need the
-  standard start, so from a FEN the engine plays from the policy.
-* Allie predicts a result (tanh, White's view), not draw odds: ``score cp`` maps the mover's value
-  with Lc0's curve and ``wdl`` reports w = (1+v)/2, d = 0, l = (1−v)/2 per mille.
-* After each searched move, the summary ``info string ... sims N lambda L`` gives the effective
-  KL weight λ the played policy is optimal for (``Decision.effective_lambda``); ``GumbelCScale``
-  is the Gumbel modes' knob (λ ∝ 1 / c_scale).
+* Allie predicts a result (tanh), not draw odds: ``score cp`` maps the mover's searched value Q
+  (the value head's where no simulation ran) with Lc0's curve, ``wdl`` reports
+  w = (1+Q)/2, d = 0, l = (1−Q)/2 per mille, and a move that mates is ``score mate 1``.
+  While searching, ``info`` lines report nodes, nps and the most visited move about twice a
+  second. MultiPV lines are ranked by root visits (the policy's order when nothing was searched).
+* ``Temperature`` applies to every move: to the prior of budget-0 moves (the preset's rule) and
+  to the search's final policy (``api.temper``; 0 plays its most likely move).
+* ``go ponder``: the engine searches the position (with the expected reply already on the
+  board) without a clock; ``ponderhit`` starts the clock for that move (the search continues
+  under its deadline), ``stop`` answers at once.
 * Resignation is a decision, not a move: with ``AllowResign`` the engine sends
   ``info string resign`` before its ``bestmove`` (the Python API returns ``Decision.resigned``).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import math
@@ -43,20 +54,27 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import chess
 
 from allie_jax import vocab
-from allie_jax.engine.api import PRESETS, Allie, Decision
-from allie_jax.engine.pacing import Clock, answer_by, remaining_wait, time_budget
+from allie_jax.engine.pacing import remaining_wait
+from allie_jax.engine.time_manager import MOVE_OVERHEAD_S, Clock, FinishReserve, MovePlan
 from allie_jax.game import Game
+
+if TYPE_CHECKING:
+    from allie_jax.engine.api import Allie, Decision, Prediction
+
+# the SearchConfig modes (allie_jax.search.config.MODES; not imported here: that starts JAX)
+PRESETS = ("policy", "greedy", "search", "adaptive", "gumbel", "gumbel-adaptive")
+LAMBDA_SCHEDULES = ("constant", "paper", "released")
 
 ENGINE_NAME = "Allie (allie-jax)"
 ENGINE_AUTHOR = "allie-jax authors (after Zhang et al., 2024)"
 DEFAULT_ELO = 1500
 STOP_ANSWER_S = 0.05  # after ``stop``, the engine answers itself if the search has not
-FINISH_S = 0.03  # the search stops this long before the move's limit (its last steps, output)
+INFO_EVERY_S = 0.5  # periodic info lines while searching
 _GAME_IDS = itertools.count(1)
 _BASES = (60, 120, 180, 240, 300, 360, 420)  # the initial times of the vocabulary's controls
 
@@ -81,6 +99,12 @@ class Options:
     multipv: int = 1
     seed: int = 0
     time_control: str = ""  # "" = infer from the first go of the game
+    move_overhead_ms: int = int(MOVE_OVERHEAD_S * 1000)
+    ponder: bool = False
+    c_puct: float | None = None  # None: the preset's
+    anchor_lambda: float | None = None
+    lambda_schedule: str | None = None
+    leaf_batch: int | None = None
 
 
 # name, UCI declaration, setter(options, raw value) — the single place an option is defined.
@@ -128,6 +152,25 @@ def _set_c_scale(o: Options, raw: str) -> None:
     o.gumbel_c_scale = value
 
 
+def _positive_float(field: str, hi: float) -> Callable[[Options, str], None]:
+    def set_(o: Options, raw: str) -> None:
+        if raw.strip().lower() in ("", "<preset>", "<empty>"):
+            setattr(o, field, None)  # back to the preset's value
+            return
+        value = float(raw)
+        if not (math.isfinite(value) and 0.0 < value <= hi):
+            raise ValueError(f"{raw!r} is not a number in (0, {hi:g}]")
+        setattr(o, field, value)
+
+    return set_
+
+
+def _set_schedule(o: Options, raw: str) -> None:
+    if raw.strip().lower() not in LAMBDA_SCHEDULES:
+        raise ValueError(f"{raw!r} is not one of {', '.join(LAMBDA_SCHEDULES)}")
+    o.lambda_schedule = raw.strip().lower()
+
+
 def _set_opponent(o: Options, raw: str) -> None:
     o.opponent_elo = parse_opponent(raw)
 
@@ -170,6 +213,18 @@ OPTIONS: dict[str, tuple[str, Callable[[Options, str], None]]] = {
     "MultiPV": ("type spin default 1 min 1 max 20", _spin(1, 20, "multipv")),
     "Seed": ("type spin default 0 min 0 max 2147483647", _spin(0, 2**31 - 1, "seed")),
     "TimeControl": ("type string default <empty>", _set_tc),
+    "Move Overhead": (
+        f"type spin default {int(MOVE_OVERHEAD_S * 1000)} min 0 max 10000",
+        _spin(0, 10000, "move_overhead_ms"),
+    ),
+    "Ponder": ("type check default false", _check("ponder")),
+    "CPuct": ("type string default 1.25", _positive_float("c_puct", 100.0)),
+    "Lambda": ("type string default <preset>", _positive_float("anchor_lambda", 1000.0)),
+    "LambdaSchedule": (
+        "type combo default constant " + " ".join(f"var {v}" for v in LAMBDA_SCHEDULES),
+        _set_schedule,
+    ),
+    "LeafBatch": ("type spin default 1 min 1 max 64", _spin(1, 64, "leaf_batch")),
 }
 _OPTION_KEYS = {k.lower(): k for k in OPTIONS}
 
@@ -227,6 +282,8 @@ class GoParams:
     movetime: float | None = None
     nodes: int | None = None
     infinite: bool = False
+    movestogo: int | None = None
+    ponder: bool = False
 
     @classmethod
     def parse(cls, tokens: list[str]) -> GoParams:
@@ -236,8 +293,8 @@ class GoParams:
         i = 0
         while i < len(tokens):
             tok = tokens[i]
-            if tok == "infinite":
-                values["infinite"] = True
+            if tok in ("infinite", "ponder"):
+                values[tok] = True
             elif tok in ms_keys or tok in ("nodes", "movestogo", "depth", "mate"):
                 if i + 1 < len(tokens):
                     try:
@@ -249,16 +306,39 @@ class GoParams:
                             values[tok] = max(0, number) / 1000.0
                         elif tok == "nodes":
                             values["nodes"] = max(0, min(number, 2000))
+                        elif tok == "movestogo" and number > 0:
+                            values["movestogo"] = number
                     i += 1
             i += 1
         return cls(**values)
 
-    def clock(self, white: bool) -> Clock:
+    def clock(self, white: bool, overhead_s: float = MOVE_OVERHEAD_S) -> Clock:
         return Clock(
             time_left_s=self.wtime if white else self.btime,
             increment_s=self.winc if white else self.binc,
             movetime_s=self.movetime,
+            moves_to_go=self.movestogo,
+            overhead_s=overhead_s,
         )
+
+
+@dataclasses.dataclass
+class _Go:
+    """One ``go``: what it plays on, its clock, and what a forced answer can play."""
+
+    index: int
+    pos: _Position
+    game: Game
+    params: GoParams
+    start: float
+    clock: Clock
+    plan: MovePlan
+    pondering: bool = False
+    prior: Prediction | None = None  # the root prior, once computed
+    prior_ready: threading.Event = dataclasses.field(default_factory=threading.Event)
+    ponderhit: threading.Event = dataclasses.field(default_factory=threading.Event)
+    interim: tuple[int, str] | None = None  # (simulations, most visited move) so far
+    last_info: float = 0.0
 
 
 class UciHandler:
@@ -290,8 +370,11 @@ class UciHandler:
         self._tc: str | None = None  # inferred at the first go of a game
         self._game_id = self._new_game_id()
         self._go_count = 0
-        self._go_position = self._position
-        self._interim: dict[int, tuple[int, str]] = {}  # go -> the search's best so far
+        self._go: _Go | None = None
+        self._histories: dict[str, threading.Thread] = {}  # FEN -> its history search
+        self._said: set[tuple[str, str]] = set()  # (game id, note) already sent
+        self.reserve = FinishReserve()
+        self.path_counts: collections.Counter = collections.Counter()
         self.last_decision: Decision | None = None
         self.warmup_s: float | None = None  # seconds the last warm-up took (None: none ran)
 
@@ -300,6 +383,12 @@ class UciHandler:
     def send(self, line: str) -> None:
         with self._out_lock:
             self._write_raw(line)
+
+    def _say_once(self, note: str) -> None:
+        key = (self._game_id, note)
+        if key not in self._said:
+            self._said.add(key)
+            self.send(f"info string {note}")
 
     @staticmethod
     def _new_game_id() -> str:
@@ -340,18 +429,18 @@ class UciHandler:
         """True until this go's bestmove is sent (the worker may linger a moment after it)."""
         return self._answered_go < self._go_count
 
-    def _answer(self, go_index: int, move: str) -> bool:
-        """Send ``bestmove`` for go ``go_index`` unless it was answered already."""
+    def _answer(self, go: _Go, move: str, ponder: str | None = None) -> bool:
+        """Send ``bestmove`` for ``go`` unless it was answered already."""
         with self._answer_lock:
-            if self._answered_go >= go_index:
+            if self._answered_go >= go.index:
                 return False
             # answered before the line goes out: a GUI's next go may arrive the instant it does
-            self._answered_go = go_index
-            self.send(f"bestmove {move}")
+            self._answered_go = go.index
+            self.send(f"bestmove {move}" + (f" ponder {ponder}" if ponder else ""))
             return True
 
-    def _current(self, go_index: int) -> bool:
-        return self._answered_go < go_index
+    def _current(self, go: _Go) -> bool:
+        return self._answered_go < go.index
 
     # ------------------------------------------------------------ commands
 
@@ -465,12 +554,22 @@ class UciHandler:
         if not continues:
             self._tc = None  # a different game: re-infer its time control at the next go
             self._game_id = self._new_game_id()
-        if fen is not None and (fen != old.start_fen or not continues):
-            self.send(
-                "info string warning: no move history before the FEN; the model reads only the "
-                "moves after it and search presets fall back to the policy"
-            )
+        if fen is not None:
+            self._search_history(fen)
         self._position = _Position(fen, ucis, board)
+
+    def _search_history(self, fen: str) -> None:
+        """Look for the FEN's history in the background (pure Python; no model call)."""
+        from allie_jax.engine import fen_history
+
+        running = self._histories.get(fen)
+        if (running is not None and running.is_alive()) or fen_history.cached(fen) is not None:
+            return  # searching, or known (a search that timed out is tried again)
+        thread = threading.Thread(
+            target=fen_history.find_history, args=(fen,), name="allie-history", daemon=True
+        )
+        self._histories[fen] = thread
+        thread.start()
 
     def _cmd_go(self, args: list[str]) -> None:
         t0 = time.monotonic()
@@ -481,65 +580,83 @@ class UciHandler:
         snapshot = _Position(pos.start_fen, list(pos.moves), pos.board.copy(stack=False))
         self._stop.clear()
         self._go_count += 1
-        go_index = self._go_count
-        self._go_position = snapshot
-        self._interim = {}
-        try:
-            params = GoParams.parse(args)
-            game = self._game_for(snapshot, params)  # here, not in the worker: it sets self._tc
-        except Exception as exc:  # every go must get a bestmove
-            legal = next(iter(snapshot.board.legal_moves), None)
-            self.send(f"info string error in go: {type(exc).__name__}: {exc}")
-            self._answer(go_index, legal.uci() if legal else "(none)")
-            return
-        clock = params.clock(snapshot.board.turn == chess.WHITE)
+        params = GoParams.parse(args)
+        overhead = self.options.move_overhead_ms / 1000.0
+        clock = params.clock(snapshot.board.turn == chess.WHITE, overhead)
+        game = self._game_for(snapshot, params)  # here, not in the worker: it sets self._tc
+        unbounded = params.infinite or params.ponder
+        plan = MovePlan.make(t0, None if unbounded else clock, self.reserve.seconds)
+        go = _Go(self._go_count, snapshot, game, params, t0, clock, plan, params.ponder)
+        self._go = go
         self._think_thread = threading.Thread(
-            target=self._think,
-            args=(snapshot, game, params, go_index, t0),
-            name="allie-go",
-            daemon=True,
+            target=self._think, args=(go,), name="allie-go", daemon=True
         )
         self._think_thread.start()
         self._workers = [t for t in self._workers if t.is_alive()] + [self._think_thread]
-        hard = answer_by(clock) if not params.infinite else None
-        if hard is not None:
-            timer = threading.Timer(
-                max(0.0, t0 + hard - time.monotonic()),
-                self._fallback,
-                args=(snapshot, go_index, "the move's time limit"),
-            )
-            timer.daemon = True
-            timer.start()
+        self._arm(go)
 
-    def _fallback(self, pos: _Position, go_index: int, why: str) -> None:
-        """Answer a legal move now if the worker has not (after ``stop`` or at the hard limit)."""
-        if not self._current(go_index):
+    def _arm(self, go: _Go) -> None:
+        """At the move's limit, answer with the fallback if the worker has not."""
+        if go.plan.hard_deadline is None:
             return
-        legal = next(iter(pos.board.legal_moves), None)
-        move = legal.uci() if legal else "(none)"
-        sims, searched = self._interim.get(go_index, (0, None))
-        if searched is not None and chess.Move.from_uci(searched) in pos.board.legal_moves:
-            move, what = searched, f"the search's most visited move after {sims} simulations"
-        else:
-            what = "a legal move (no simulation finished yet)"
-        if self._answered_go < go_index:
+        timer = threading.Timer(
+            max(0.0, go.plan.hard_deadline - time.monotonic()),
+            self._fallback,
+            args=(go, "the move's time limit"),
+        )
+        timer.daemon = True
+        timer.start()
+
+    def _cmd_ponderhit(self, args: list[str]) -> None:
+        go = self._go
+        if go is None or not go.pondering or not self._current(go):
+            return
+        now = time.monotonic()
+        go.plan = MovePlan.make(now, go.clock, self.reserve.seconds)
+        go.start = now
+        go.pondering = False
+        go.ponderhit.set()
+        self._arm(go)
+
+    def _fallback(self, go: _Go, why: str) -> None:
+        """Answer now if the worker has not (after ``stop`` or at the limit): the search's most
+        visited move so far, else the root prior's most likely move (waiting for that one
+        forward if it is still running). Never a move the model did not choose."""
+        if not self._current(go):
+            return
+        move, what = None, ""
+        if go.interim is not None:
+            sims, searched = go.interim
+            if sims > 0 and chess.Move.from_uci(searched) in go.pos.board.legal_moves:
+                move, what = searched, f"the search's most visited move after {sims} simulations"
+        if move is None:
+            go.prior_ready.wait()
+            if go.prior is None or not go.prior.move_probs or not self._current(go):
+                return  # the worker failed or answered: its own answer stands
+            move = max(go.prior.move_probs, key=go.prior.move_probs.__getitem__)
+            what = "the root prior's most likely move"
+        if self._current(go):
             self.send(f"info string answering at {why} with {what}")
-        self._answer(go_index, move)
+            self.send(f"info string move {move} path fallback")
+            if self._answer(go, move):
+                self.path_counts["fallback"] += 1
 
     def _cmd_stop(self, args: list[str]) -> None:
         self._stop_thinking()
 
     def _stop_thinking(self) -> None:
-        """Stop the search: its bestmove comes within a chunk, else a legal move within 50 ms."""
+        """Stop the search: its bestmove comes within a chunk, else the fallback within 50 ms."""
         self._stop.set()
-        thread, go_index = self._think_thread, self._go_count
-        if thread is None or not self.thinking:
+        thread, go = self._think_thread, self._go
+        if go is not None:
+            go.ponderhit.set()  # a pondering worker stops waiting too
+        if thread is None or go is None or not self.thinking:
             return
         end = time.monotonic() + STOP_ANSWER_S
         while self.thinking and time.monotonic() < end:
             thread.join(timeout=0.005)
         if self.thinking:
-            self._fallback(self._go_position, go_index, "stop")
+            self._fallback(go, "stop")
 
     def close(self, timeout: float = 5.0) -> bool:
         """Stop thinking and wait up to ``timeout`` s for the worker threads; True if they ended."""
@@ -558,6 +675,7 @@ class UciHandler:
         "position": _cmd_position,
         "go": _cmd_go,
         "stop": _cmd_stop,
+        "ponderhit": _cmd_ponderhit,
     }
 
     # ------------------------------------------------------------ thinking
@@ -601,47 +719,109 @@ class UciHandler:
             game_id=self._game_id,
         )
 
-    def _think(
-        self, pos: _Position, game: Game, params: GoParams, go_index: int, t0: float
-    ) -> None:
-        bestmove = "(none)"
+    def _history(self, allie: Allie, go: _Go) -> tuple[Game, str | None, str]:
+        """The game to play from the standard start when the FEN's history is found (waiting
+        for its search at most half the move's limit), else the game and its FEN unchanged,
+        with the line to say about it."""
+        from allie_jax.engine import fen_history
+
+        fen = go.pos.start_fen
+        if fen is None or getattr(allie, "reads_boards", True) or not hasattr(allie, "history_for"):
+            return go.game, fen, ""
+        self._search_history(fen)
+        thread = self._histories.get(fen)
+        if thread is not None:
+            limit = go.plan.limit_s
+            thread.join(None if limit is None else 0.5 * limit)
+        found = fen_history.cached(fen)
+        if found is None or not found.found:
+            why = found.why if found is not None else "its history search is still running"
+            then = (
+                "the board model (--fen_model) reads it"
+                if getattr(allie, "fen_model", None) is not None
+                else "no board model (--fen_model): playing the fallback, the model's prior "
+                "from the moves after the FEN (a position it cannot read)"
+            )
+            return go.game, fen, f"no history for the FEN {fen!r}: {why}; {then}"
+        moves = list(found.moves or ()) + list(go.game.moves)
+        note = (
+            f"playing from a history of {len(found.moves or ())} plies that reaches the FEN "
+            f"exactly: {' '.join(found.moves or ())}"
+        )
+        return dataclasses.replace(go.game, moves=moves), None, note
+
+    def _think(self, go: _Go) -> None:
+        pos = go.pos
+        bestmove, ponder = "0000", None
         try:
-            legal = list(pos.board.legal_moves)
-            if not legal:
+            if not any(True for _ in pos.board.legal_moves):
                 outcome = pos.board.outcome()
                 why = outcome.termination.name.lower() if outcome else "no legal moves"
                 self.send(f"info string the game is over ({why}): no move to play")
+                bestmove = "(none)"
                 return
-            bestmove = legal[0].uci()  # a legal answer whatever happens below
             allie = self._wait_model()
             if allie is None:
-                self.send(
-                    f"info string model unavailable ({self._load_error}); playing a legal move"
-                )
+                self.send(f"info string model unavailable ({self._load_error}): no move to play")
                 return
-            clock = params.clock(pos.board.turn == chess.WHITE)
-            budget = None if params.infinite else time_budget(clock)
-            deadline = None if budget is None else t0 + max(0.0, budget - FINISH_S)
+            game, fen, note = self._history(allie, go)
+            if note:
+                self._say_once(note)
             with self._model_lock:
-                if not self._current(go_index):
+                if not self._current(go):
                     return  # answered meanwhile (stop, time limit): nothing left to do
-                decision, extra = self._decide(allie, pos, game, params, go_index, deadline)
+                try:
+                    go.prior = root_prior(allie, game, fen)
+                finally:
+                    go.prior_ready.set()
+                decision, extra = self._decide(allie, go, game, fen)
             bestmove = decision.move
-            if not self._current(go_index):
+            if go.pondering:  # no bestmove before ponderhit or stop
+                go.ponderhit.wait()
+            if not self._current(go):
                 return
+            self._observe(go)
             self.last_decision = decision
-            self._report(pos, decision, extra, time.monotonic() - t0)
+            self.path_counts[decision.path] += 1
+            self._report(go, decision, extra)
             if decision.resigned and self.options.allow_resign:
                 self.send("info string resign")
-            if self.options.human_pacing:
-                self._stop.wait(remaining_wait(decision.think_time_s, clock, time.monotonic() - t0))
+            if self.options.ponder:
+                ponder = self._expected_reply(allie, game, fen, decision.move)
+            if self.options.human_pacing and go.params.ponder is False:
+                elapsed = time.monotonic() - go.start
+                self._stop.wait(remaining_wait(decision.think_time_s, go.clock, elapsed))
         except Exception as exc:
-            if self._current(go_index):
+            go.prior_ready.set()
+            if self._current(go):
                 self.send(f"info string error while thinking: {type(exc).__name__}: {exc}")
+                if go.prior is not None and go.prior.move_probs:
+                    bestmove = max(go.prior.move_probs, key=go.prior.move_probs.__getitem__)
+                    self.send(f"info string move {bestmove} path fallback")
+                    self.path_counts["fallback"] += 1
         finally:
-            if params.infinite:
+            go.prior_ready.set()  # a forced answer waiting for the prior stops waiting
+            if go.params.infinite:
                 self._stop.wait()  # UCI: no bestmove before stop in infinite mode
-            self._answer(go_index, bestmove)
+            self._answer(go, bestmove, ponder)
+
+    def _observe(self, go: _Go) -> None:
+        """Tell the finish reserve how far past the search's deadline this move ran."""
+        deadline = go.plan.search_deadline
+        if deadline is not None:
+            self.reserve.observe(time.monotonic() - deadline)
+
+    def _expected_reply(self, allie: Allie, game: Game, fen: str | None, move: str) -> str | None:
+        """The reply the model expects (its prior's most likely move), for ``bestmove ...
+        ponder``; None when the move ends the game or the clock has no time for it."""
+        board = replay_board_light(game, fen)
+        board.push_uci(move)
+        if board.is_game_over(claim_draw=False):
+            return None
+        with self._model_lock:
+            child = dataclasses.replace(game, moves=[*game.moves, move])
+            prior = root_prior(allie, child, fen)
+        return max(prior.move_probs, key=prior.move_probs.__getitem__) if prior.move_probs else None
 
     def _play_settings(self) -> tuple[str, dict[str, Any]]:
         """The preset and SearchConfig overrides the options ask for (warm-up and play agree)."""
@@ -653,90 +833,145 @@ class UciHandler:
         if preset not in ("policy", "greedy"):
             overrides["mean_sims"] = o.mean_sims
             overrides["max_sims"] = max(o.max_sims, o.mean_sims)
+            for field in ("c_puct", "anchor_lambda", "lambda_schedule", "leaf_batch"):
+                if getattr(o, field) is not None:
+                    overrides[field] = getattr(o, field)
         if preset.startswith("gumbel"):
             overrides["gumbel_c_scale"] = o.gumbel_c_scale
         return preset, overrides
 
+    def _progress(self, go: _Go, sims: int, moves: list[str]) -> None:
+        """Each chunk's best move (for a forced answer) and, twice a second, an ``info`` line."""
+        go.interim = (sims, moves[0])
+        now = time.monotonic()
+        if now - go.last_info >= INFO_EVERY_S:
+            go.last_info = now
+            elapsed = max(now - go.start, 1e-3)
+            parts = [f"info depth 1 nodes {sims} nps {int(sims / elapsed)}"]
+            if go.prior is not None:
+                v = go.prior.value_white * (1.0 if go.pos.board.turn == chess.WHITE else -1.0)
+                parts.append(f"score cp {value_to_cp(v)}")
+                if self.options.show_wdl:
+                    parts.append("wdl {} {} {}".format(*value_to_wdl(v)))
+            parts.append(f"time {int(elapsed * 1000)} pv {moves[0]}")
+            self.send(" ".join(parts))
+
     def _decide(
-        self,
-        allie: Allie,
-        pos: _Position,
-        game: Game,
-        params: GoParams,
-        go_index: int,
-        deadline: float | None = None,
+        self, allie: Allie, go: _Go, game: Game, fen: str | None
     ) -> tuple[Decision, list[tuple[str, float]]]:
+        from allie_jax.engine.api import temper
+
         o = self.options
         preset, overrides = self._play_settings()
+        stop = self._stop.is_set
+        if go.pondering:  # no deadline yet: ponderhit gives one, polled between chunks
+
+            def stop() -> bool:
+                d = go.plan.search_deadline
+                return self._stop.is_set() or (d is not None and time.monotonic() >= d)
+
         clock: dict[str, Any] = {
-            "deadline": deadline,
-            "should_stop": self._stop.is_set,
-            "progress": lambda sims, moves: self._interim.__setitem__(go_index, (sims, moves[0])),
+            "deadline": go.plan.search_deadline,
+            "should_stop": stop,
+            "progress": lambda sims, moves: self._progress(go, sims, moves),
         }
+        params = go.params
         if params.nodes is not None and params.nodes > 0 and preset not in ("policy", "greedy"):
             clock["budgets"] = [min(params.nodes, overrides["max_sims"])]
-        rng = (o.seed * 1_000_003 + go_index) % (2**31 - 1)
-        fens = [pos.start_fen]
-        if pos.board.is_game_over(claim_draw=False):  # a draw by rule, with legal moves left
-            decision = self._policy_move(allie, pos, game)
+        rng = (o.seed * 1_000_003 + go.index) % (2**31 - 1)
+        if go.pos.board.is_game_over(claim_draw=False):  # a draw by rule, with legal moves left
+            decision = self._policy_move(go)
         else:
-            decision = allie.play([game], preset, rng, start_fens=fens, **clock, **overrides)[0]
+            kwargs = {"start_fens": [fen]}
+            if fen is not None and hasattr(allie, "history_for"):
+                kwargs["find_histories"] = False  # looked for already (``_history``)
+            decision = allie.play([game], preset, rng, **kwargs, **clock, **overrides)[0]
+            decision = temper(decision, o.temperature, rng)
         extra: list[tuple[str, float]] = []
         if o.multipv > 1:
-            ranked = sorted(decision.policy.items(), key=lambda kv: -kv[1])[: o.multipv]
-            children = [dataclasses.replace(game, moves=game.moves + [m]) for m, _ in ranked]
-            # each child is scored by the model's value after the move (White's view), one at
-            # a time: batch 1 is what warm-up compiled, so MultiPV never waits for a compile
-            preds = [allie.predict([c], start_fens=fens)[0] for c in children]
-            extra = [(m, p.value_white) for (m, _), p in zip(ranked, preds, strict=True)]
+            if decision.visits:
+                ranked = sorted(decision.visits, key=lambda m: -decision.visits[m])
+            else:
+                ranked = sorted(decision.policy, key=lambda m: -decision.policy[m])
+            ranked = [decision.move] + [m for m in ranked if m != decision.move]
+            ranked = ranked[: o.multipv]
+            # each line's score: the model's value after the move (White's view), one position
+            # at a time (batch 1 is what warm-up compiled: MultiPV never waits for a compile)
+            extra = [
+                (
+                    m,
+                    root_prior(
+                        allie, dataclasses.replace(game, moves=[*game.moves, m]), fen
+                    ).value_white,
+                )
+                for m in ranked
+            ]
         return decision, extra
 
-    def _policy_move(self, allie: Allie, pos: _Position, game: Game) -> Decision:
+    def _policy_move(self, go: _Go) -> Decision:
         """The game is over by rule (e.g. insufficient material) yet ``go`` asks for a move: the
-        policy's most likely one, with a note instead of an error."""
-        outcome = pos.board.outcome(claim_draw=False)
-        why = outcome.termination.name.lower() if outcome else "over"
-        pred = allie.predict([game], start_fens=[pos.start_fen])[0]
-        move = max(pred.move_probs, key=pred.move_probs.get)
-        return Decision(
-            move=move,
-            think_time_s=pred.think_time_s,
-            value=pred.value_white,
-            resigned=False,
-            sims=0,
-            policy=pred.move_probs,
-            note=f"the game is over ({why}); the policy's most likely move",
-        )
+        prior's most likely one, with a note instead of an error."""
+        from allie_jax.engine.api import fallback_decision
 
-    def _report(
-        self, pos: _Position, d: Decision, extra: list[tuple[str, float]], elapsed: float
-    ) -> None:
-        sign = 1.0 if pos.board.turn == chess.WHITE else -1.0
+        outcome = go.pos.board.outcome(claim_draw=False)
+        why = outcome.termination.name.lower() if outcome else "over"
+        assert go.prior is not None
+        d = fallback_decision(go.prior, f"the game is over ({why}); the policy's most likely move")
+        return dataclasses.replace(d, path="prior")
+
+    def _report(self, go: _Go, d: Decision, extra: list[tuple[str, float]]) -> None:
+        board = go.pos.board
+        sign = 1.0 if board.turn == chess.WHITE else -1.0
+        elapsed = time.monotonic() - go.start
         nodes = max(d.sims, 1)
         ms = int(elapsed * 1000)
-        if d.note:
-            self.send(f"info string {d.note}")
-        lines = extra if extra else [(d.move, d.value)]
-        if extra and extra[0][0] != d.move:  # keep the played move first
-            lines = [(d.move, d.value)] + [e for e in extra if e[0] != d.move]
-            lines = lines[: len(extra)]
+        nps = int(nodes / max(elapsed, 1e-3))
+        if d.note and not d.note.startswith("no history for the FEN"):  # said (``_history``)
+            self._say_once(d.note)
+        q = d.search_value if math.isfinite(d.search_value) else sign * d.value
+        lines = extra if extra else [(d.move, sign * q)]
         for i, (move, value_white) in enumerate(lines, start=1):
-            v = sign * value_white
+            v = q if i == 1 else sign * value_white
             parts = ["info depth 1"]
             if len(lines) > 1:
                 parts.append(f"multipv {i}")
-            parts.append(f"score cp {value_to_cp(v)}")
+            after = board.copy(stack=False)
+            after.push_uci(move)
+            if after.is_checkmate():
+                parts.append("score mate 1")
+            else:
+                parts.append(f"score cp {value_to_cp(v)}")
             if self.options.show_wdl:
-                w, dr, lo = value_to_wdl(v)
+                w, dr, lo = (1000, 0, 0) if after.is_checkmate() else value_to_wdl(v)
                 parts.append(f"wdl {w} {dr} {lo}")
-            parts.append(f"nodes {nodes} time {ms} pv {move}")
+            count = d.visits.get(move, 0) if d.visits else 0
+            shown = count if i > 1 and count else nodes
+            parts.append(f"nodes {shown} nps {nps} time {ms} pv {move}")
             self.send(" ".join(parts))
         lam = getattr(d, "effective_lambda", math.nan)
         self.send(
-            f"info string think_time {d.think_time_s:.2f}s value_white {d.value:.3f} "
-            f"p_best {d.policy.get(d.move, 0.0):.3f} sims {d.sims}"
+            f"info string move {d.move} path {d.path} think_time {d.think_time_s:.2f}s "
+            f"value_white {d.value:.3f} p_best {d.policy.get(d.move, 0.0):.3f} sims {d.sims}"
             + (f" lambda {lam:.6g}" if math.isfinite(lam) else "")
+            + (f" limit {go.plan.limit_s:.3f}s" if go.plan.limit_s is not None else "")
+            + f" elapsed {elapsed:.3f}s"
         )
+
+
+def root_prior(allie: Any, game: Game, fen: str | None) -> Prediction:
+    """The player's cached root prior (``Allie.root_prior``), or its ``predict`` for players
+    without one."""
+    if hasattr(allie, "root_prior"):
+        return allie.root_prior(game, fen)
+    return allie.predict([game], start_fens=[fen])[0]
+
+
+def replay_board_light(game: Game, fen: str | None) -> chess.Board:
+    """The board after ``game.moves`` from ``fen`` (or the start); moves are known legal."""
+    board = chess.Board(fen) if fen else chess.Board()
+    for uci in game.moves:
+        board.push_uci(uci)
+    return board
 
 
 def run_uci(
