@@ -103,6 +103,13 @@ def _distance(piece: chess.Piece, a: int, b: int) -> int:
     return forward
 
 
+@functools.cache
+def _table(piece_type: int, color: bool) -> tuple[tuple[int, ...], ...]:
+    """``_distance`` for every (from, to) pair of one piece kind."""
+    piece = chess.Piece(piece_type, color)
+    return tuple(tuple(_distance(piece, a, b) for b in chess.SQUARES) for a in chess.SQUARES)
+
+
 class _Target:
     """The target position, pre-digested for the heuristic."""
 
@@ -110,43 +117,47 @@ class _Target:
         self.board = board
         self.key = position_key(board)
         self.turn = board.turn
+        self.map = board.piece_map()
         self.squares = {
-            color: {s: board.piece_at(s) for s in chess.SquareSet(board.occupied_co[color])}
-            for color in chess.COLORS
+            color: {s: p for s, p in self.map.items() if p.color == color} for color in chess.COLORS
         }
         self.counts = {
             color: {p: len(board.pieces(p, color)) for p in _PIECES} for color in chess.COLORS
         }
 
-    def side_moves(self, board: chess.Board, color: chess.Color) -> int:
+    def side_moves(self, board: chess.Board, color: chess.Color, pieces=None) -> int:
         """Lower bound on ``color``'s moves still needed."""
+        pieces = board.piece_map() if pieces is None else pieces
+        target = self.squares[color]
+        # this side's pieces not already on a square the target has them on, by kind
+        free: dict[int, list[int]] = {}
+        counts = dict.fromkeys(_PIECES, 0)
+        other_counts = dict.fromkeys(_PIECES, 0)
+        for sq, piece in pieces.items():
+            if piece.color == color:
+                counts[piece.piece_type] += 1
+                if target.get(sq) != piece:
+                    free.setdefault(piece.piece_type, []).append(sq)
+            else:
+                other_counts[piece.piece_type] += 1
         need = 0
-        mine = board.occupied_co[color]
-        for square, piece in self.squares[color].items():
-            here = board.piece_at(square)
-            if here == piece:
+        for square, piece in target.items():
+            if pieces.get(square) == piece:
                 continue
-            best = 99
-            for s in chess.SquareSet(board.pieces_mask(piece.piece_type, piece.color) & mine):
-                if self.squares[color].get(s) == piece:
-                    continue  # already where the target wants one
-                best = min(best, _distance(piece, s, square))
-                if best <= 1:
-                    break
+            table = _table(piece.piece_type, color)
+            best = min((table[s][square] for s in free.get(piece.piece_type, ())), default=99)
             if best >= 99 and piece.piece_type != chess.PAWN:
                 best = 3  # by promotion or an unusual route: at least something
             need += best
-        captures = 0
-        other = not color
-        for p in _PIECES:
-            excess = len(board.pieces(p, other)) - self.counts[other][p]
-            if excess > 0:
-                captures += excess
+        other = self.counts[not color]
+        captures = sum(max(0, other_counts[p] - other[p]) for p in _PIECES)
         return max(need, captures)
 
     def plies_needed(self, board: chess.Board) -> int:
         """Fewest plies consistent with both sides' bounds and the side to move at the end."""
-        white, black = self.side_moves(board, chess.WHITE), self.side_moves(board, chess.BLACK)
+        pieces = board.piece_map()
+        white = self.side_moves(board, chess.WHITE, pieces)
+        black = self.side_moves(board, chess.BLACK, pieces)
         if white >= 99 or black >= 99:
             return 99
         for n in range(0, 80):
