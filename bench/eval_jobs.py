@@ -4,6 +4,10 @@
     python bench/eval_jobs.py speed      # positions/s of policy and adaptive (tiny model)
     python bench/eval_jobs.py rebuild    # --report_only on the records of the full sample
     python bench/eval_jobs.py shards     # 2 shards merged vs 1 shard, full sample
+    python bench/eval_jobs.py bytes      # input bytes each of 4 tasks reads (byte-offset index)
+    python bench/eval_jobs.py pikl --maia_dir /work/shared/models/maia1 --workdir OUT \
+        [--pikl_games 200] [--pikl_positions 400] [--lambdas 0.03,0.1,0.3,1]
+                                         # piKL's chess table: OUT/pikl.md and OUT/pikl.png
 
 Every run uses a freshly initialised tiny model saved as a checkpoint (the numbers measure the job,
 not a trained model's accuracy). Each figure is printed as one JSON line with the command, the
@@ -163,17 +167,100 @@ def shards(tmp: pathlib.Path, ckpt: str) -> None:
          loadavg_before=before, loadavg_after=loadavg())  # fmt: skip
 
 
+def task_bytes(tmp: pathlib.Path, ckpt: str) -> None:
+    """4 tasks of one job (JOB_COMPLETION_INDEX 0..3, one after another) on the arenas file
+    decompressed to a plain .pgn: the input bytes each read (the index builder reads the whole
+    file once; the others read the index and their own games), against streaming
+    (--index_dir none), where every task reads the whole input."""
+    import zstandard
+
+    games = tmp / "arenas.pgn"
+    if not games.exists():
+        with open(ARENAS, "rb") as f, open(games, "wb") as g:
+            zstandard.ZstdDecompressor().copy_stream(f, g)
+    size = games.stat().st_size
+    for mode, extra in (("indexed", []), ("streamed", ["--index_dir=none"])):
+        before = loadavg()
+        out = tmp / f"bytes_{mode}"
+        cmds = []
+        for k in range(4):
+            os.environ["JOB_COMPLETION_INDEX"] = str(k)
+            try:
+                _, _, cmd = evaluate(
+                    [f"--checkpoint={ckpt}", f"--games={games}", f"--output={out}",
+                     "--systems=policy", "--max_games=400",
+                     "--num_shards=4", "--random_games=0", *extra]
+                )  # fmt: skip
+            finally:
+                os.environ.pop("JOB_COMPLETION_INDEX")
+            cmds.append(f"JOB_COMPLETION_INDEX={k} {cmd}")
+        per_task = []
+        for k in range(4):
+            m = json.loads(
+                (out / "records" / f"shard-0000{k}-of-00004" / "manifest.json").read_text()
+            )
+            got = m.get("input_bytes_read")
+            per_task.append(
+                {"index": got["index"], "games": got["games"], "built_index": got["index_built"]}
+                if got
+                else {"whole_input_passes": 1, "bytes": size}
+            )
+        emit(figure="task_input_bytes", mode=mode, input_bytes=size, max_games=400,
+             per_task=per_task, commands=cmds, loadavg_before=before,
+             loadavg_after=loadavg())  # fmt: skip
+
+
+def pikl(tmp: pathlib.Path, args: argparse.Namespace) -> None:
+    """piKL's chess table: one launch.evaluate run per λ with maia-R and maia-R+search (R = 1100,
+    1500, 1900; each net its own prior and anchor) on the bundled games; the paired differences
+    become OUT/pikl.md and OUT/pikl.png (``allie_jax.eval.pikl_table``)."""
+    from allie_jax.eval import pikl_table
+
+    nets = pikl_table.NETS
+    systems = ",".join([f"maia-{r}" for r in nets] + [f"maia-{r}+search" for r in nets])
+    reports, cmds = {}, []
+    before = loadavg()
+    for lam in [float(x) for x in args.lambdas.split(",")]:
+        out = tmp / f"pikl-{lam:g}"
+        if not (out / "report.json").exists():
+            _, _, cmd = evaluate(
+                [f"--games={SAMPLE}", f"--output={out}", f"--systems={systems}",
+                 f"--maia_dir={args.maia_dir}", f"--pikl_lambda={lam}",
+                 f"--max_games={args.pikl_games}", f"--search_positions={args.pikl_positions}",
+                 "--random_games=0"]
+            )  # fmt: skip
+            cmds.append(cmd)
+        reports[lam] = json.loads((out / "report.json").read_text())
+    table = pikl_table.rows(reports, nets)
+    (tmp / "pikl.md").write_text(pikl_table.markdown(table))
+    pikl_table.plot(table, tmp / "pikl.png")
+    emit(figure="pikl_table", table=str(tmp / "pikl.md"), plot=str(tmp / "pikl.png"),
+         commands=cmds, loadavg_before=before, loadavg_after=loadavg())  # fmt: skip
+    print(pikl_table.markdown(table))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("figure", choices=["rss", "speed", "rebuild", "shards", "all"])
+    parser.add_argument(
+        "figure", choices=["rss", "speed", "rebuild", "shards", "bytes", "pikl", "all"]
+    )
+    parser.add_argument("--maia_dir", default=str(REPO.parent / "shared" / "models" / "maia1"))
+    parser.add_argument("--lambdas", default="0.03,0.1,0.3,1", help="pikl: the λ sweep")
+    parser.add_argument("--pikl_games", type=int, default=200, help="pikl: games read")
+    parser.add_argument("--pikl_positions", type=int, default=400, help="pikl: searched positions")
     parser.add_argument("--workdir", default=None, help="Keep outputs here (default: a temp dir).")
     args = parser.parse_args()
     tmp = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="eval-jobs-"))
     tmp.mkdir(parents=True, exist_ok=True)
+    if args.figure == "pikl":
+        pikl(tmp, args)
+        return
     ckpt = checkpoint(tmp)
-    for name in ("rss", "speed", "rebuild", "shards"):
+    figures = {"rss": rss, "speed": speed, "rebuild": rebuild, "shards": shards,
+               "bytes": task_bytes}  # fmt: skip
+    for name, run in figures.items():
         if args.figure in (name, "all"):
-            globals()[name](tmp, ckpt)
+            run(tmp, ckpt)
 
 
 if __name__ == "__main__":

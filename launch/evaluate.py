@@ -87,6 +87,13 @@ _NUM_SHARDS = flags.DEFINE_integer(
     "per process under --distributed).",
 )
 _SHARD_INDEX = flags.DEFINE_integer("shard_index", None, "The shard this process scores.")
+_INDEX_DIR = flags.DEFINE_string(
+    "index_dir",
+    None,
+    "Where the job's byte-offset index of an uncompressed --games file is built once and shared "
+    "(default RECORDS/index; give one shared path when tasks write per-task folders); 'none': "
+    "every task streams the whole input.",
+)
 _DISTRIBUTED = flags.DEFINE_boolean(
     "distributed", False, "Call jax.distributed.initialize(): each process scores its own shard."
 )
@@ -136,6 +143,9 @@ def _parse_options(items: list[str]) -> list[tuple[str, str]]:
 
 def main(argv):
     del argv
+    from allie_jax import cli
+
+    cli.setup("launch.evaluate", "output")  # library INFO logs to OUT/logs/evaluate.log
     from allie_jax.pgn import PGNError
 
     # Missing or unreadable checkpoint (CheckpointError is a ValueError), missing / junk / empty
@@ -228,6 +238,7 @@ def _run() -> dict | None:
         chunk_games=_CHUNK_GAMES.value,
         num_shards=_NUM_SHARDS.value,
         shard_index=_SHARD_INDEX.value,
+        index_dir=_INDEX_DIR.value,
         records_dir=_RECORDS.value,
         seed=_SEED.value,
         plots=_PLOTS.value,

@@ -285,7 +285,12 @@ def path_digest(path) -> str:
     if not p.is_dir():
         return file_digest(p)
     h = hashlib.sha256()
-    for f in sorted(q for q in p.rglob("*") if q.is_file()):
+
+    def files(d: epath.Path):  # epath has no recursive glob on object stores: walk it
+        for q in sorted(d.iterdir()):
+            yield from files(q) if q.is_dir() else [q]
+
+    for f in files(p):
         h.update(f"{f.relative_to(p)}\0{file_digest(f)}\n".encode())
     return "sha256:" + h.hexdigest()
 

@@ -80,16 +80,6 @@ def corr(c: dict | None) -> str:
     return f"{c['r']:.3f}{ci} (n={c['n']:,})"
 
 
-def _pts(d: dict | None) -> str:
-    """A paired difference of rates in percentage points, with its interval."""
-    if not d or not _ok(d.get("value")):
-        return "–"
-    lo, hi = d["ci95"]
-    ci = f" [{100 * lo:+.1f}, {100 * hi:+.1f}]" if _ok(lo) and _ok(hi) else ""
-    sig = " (significant)" if d.get("significant") else ""
-    return f"{100 * d['value']:+.1f} pts{ci}{sig} (n={d['n']:,}, {d.get('games', 0):,} games)"
-
-
 def _num(x, fmt: str = ".2f") -> str:
     return format(x, fmt) if _ok(x) else "–"
 

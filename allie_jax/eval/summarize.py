@@ -205,8 +205,13 @@ def reduce_human(tally: Tally, table: pa.Table, spec: Spec) -> None:
             m = both & known & (bins == b)
             tally.add(("pair_elo", s, base, int(b)), cl[m], diff[m])
         p = both & ~np.isnan(p_human[s]) & ~np.isnan(p_human[base])
-        ce = _cross_entropy(p_human[s][p]) - _cross_entropy(p_human[base][p])
-        tally.add(("pair_ce", s, base), cl[p], ce)
+        ce = _cross_entropy(np.nan_to_num(p_human[s])) - _cross_entropy(
+            np.nan_to_num(p_human[base])
+        )
+        tally.add(("pair_ce", s, base), cl[p], ce[p])
+        for b in np.unique(bins[p & known]):
+            m = p & known & (bins == b)
+            tally.add(("pair_ce_elo", s, base, int(b)), cl[m], ce[m])
     if has_policy:
         _reduce_policy(tally, c, cl, "human")
         if c.has("stockfish"):
@@ -382,6 +387,13 @@ def move_accuracy(rd: Reader, spec: Spec, info: dict) -> tuple[dict, list[dict]]
             "baseline_accuracy": rd.rate(("pair_b", s, base)),
             "cross_entropy_difference": rd.mean(("pair_ce", s, base)),
             "by_elo": {str(b): rd.mean(("pair_elo", s, base, b)) for b in bins},
+            "cross_entropy_by_elo": {
+                str(k[3]): rd.mean(k)
+                for k in sorted(
+                    (k for k in _stats_of(rd.t, "pair_ce_elo") if k[1:3] == (s, base)),
+                    key=lambda k: k[3],
+                )
+            },
         }
         paired.append(entry)
         if s in out:
