@@ -181,3 +181,29 @@ def pibar_reference(q, prior, lam):
     from allie_jax.search.reference import pibar as reference_pibar
 
     return reference_pibar(np.asarray(q, np.float64), np.asarray(prior, np.float64), lam)
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    from flax import nnx
+
+    from allie_jax.model import AllieModel, ModelConfig
+
+    return AllieModel(ModelConfig.named("tiny", dropout=0.0), rngs=nnx.Rngs(0))
+
+
+def test_searcher_pibar_holds_lambda_and_plays_only_visited_moves(tiny_model):
+    """Allie's path (``adaptive``, π̄): every searched game reports the user's λ whatever its
+    budget, and its policy and move stay on the moves its search visited."""
+    from allie_jax.game import Game
+    from allie_jax.search import Searcher
+
+    lines = ["e2e4 e7e5 g1f3", "d2d4 d7d5 c2c4 e7e6", "e2e4 e7e5 f1c4 b8c6 d1h5 g8f6"]
+    games = [Game(m.split(), 1500, 1500, "180+2", game_id=m) for m in lines]
+    config = SearchConfig(mode="search", mean_sims=12, max_sims=32, anchor_lambda=0.3)
+    out = Searcher(tiny_model, config).run(games, 5)
+    np.testing.assert_array_equal(out.visit_counts.sum(-1), 12)
+    np.testing.assert_allclose(out.effective_lambda, 0.3, rtol=1e-6)
+    assert (out.policy[out.visit_counts == 0] == 0).all()
+    np.testing.assert_allclose(out.policy.sum(-1), 1.0, atol=1e-5)
+    assert (out.visit_counts[np.arange(len(games)), out.move_id] > 0).all()

@@ -26,7 +26,11 @@ def simulation_budgets(config: SearchConfig, think_time_s: np.ndarray) -> np.nda
 
 
 def scaled_c_puct(config: SearchConfig, budgets: np.ndarray) -> np.ndarray:
-    """float32 [B]: c_puct · sqrt(mean_sims / N) so λ_N stays constant as N varies (SPEC §4).
+    """float32 [B]: c_puct · sqrt(mean_sims / N), pUCT's exploration constant per game (SPEC §4).
+
+    The released code scaled c this way to keep its λ_N constant across budgets; paired with
+    λ_N = c·sqrt(ΣN)/(|A|+ΣN) it does not (λ falls as 1/(|A|+N)), so the final policy's λ now
+    comes from ``SearchConfig.lambda_schedule`` ("released" reproduces this pairing).
 
     A budget of 0 runs no simulation; it gets the unscaled constant (never used in selection).
     """
