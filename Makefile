@@ -2,13 +2,21 @@ PY := .venv/bin/python
 PIP := .venv/bin/pip
 DEMO_DIR := demo_out
 
-.PHONY: venv venv-tpu venv-gpu demo test test-all bench lint format clean
+.PHONY: venv venv-core venv-tpu venv-gpu demo test test-all bench lint format clean
 
-.venv/installed: pyproject.toml
-	python3 -m venv .venv
+# `make demo` needs the core install only (jax, flax, orbax, grain, ...); `make test` adds the
+# test extras on top of it in the same .venv.
+.venv/core-installed: pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e ".[dev,torch,scale,parity,gcs]"
+	$(PIP) install -q -e .
+	touch .venv/core-installed
+
+.venv/installed: .venv/core-installed pyproject.toml
+	$(PIP) install -q -e ".[dev,torch,scale,parity,gcs,weights]"
 	touch .venv/installed
+
+venv-core: .venv/core-installed
 
 venv: .venv/installed
 
@@ -36,7 +44,7 @@ venv-tpu: venv
 
 venv-gpu: .venv-gpu/installed
 
-demo: venv
+demo: venv-core
 	$(PY) -m launch.demo --output $(DEMO_DIR)
 
 test: venv venv-tpu

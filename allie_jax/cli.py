@@ -74,7 +74,30 @@ def setup(command: str, log_dir_flag: str | None = None) -> pathlib.Path | None:
         break
     root.setLevel(logging.INFO)
     logging.getLogger("absl").setLevel(logging.INFO)
+    _quiet_background_errors()
     return path
+
+
+def _quiet_background_errors() -> None:
+    """Errors raised in library threads or finalizers (Orbax's async checkpoint loop after a
+    failed restore: "Event loop is closed") go to the log file; the command's own error line
+    says what went wrong."""
+    import threading
+
+    quiet = logging.getLogger("allie_jax.background")
+    quiet.propagate = False
+    quiet.handlers[:] = [h for h in [_state.get("handler")] if isinstance(h, logging.Handler)]
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        exc = (args.exc_type, args.exc_value, args.exc_traceback)
+        quiet.error("in thread %s", getattr(args.thread, "name", "?"), exc_info=exc)
+
+    def unraisable_hook(args) -> None:
+        exc = (args.exc_type, args.exc_value, args.exc_traceback)
+        quiet.error("unraisable in %r: %s", args.object, args.err_msg, exc_info=exc)
+
+    threading.excepthook = thread_hook
+    sys.unraisablehook = unraisable_hook
 
 
 def log_file() -> pathlib.Path | None:
@@ -83,8 +106,17 @@ def log_file() -> pathlib.Path | None:
     return pathlib.Path(handler.baseFilename) if isinstance(handler, logging.FileHandler) else None
 
 
-def fail(command: str, message: str, code: int = 1) -> NoReturn:
-    """One line on stderr, ``<command>: error: <message>``, and exit ``code``."""
+def fail(command: str, message: str, code: int = 1, *, exit_now: bool = False) -> NoReturn:
+    """One line on stderr, ``<command>: error: <message>``, and exit ``code``.
+
+    ``exit_now``: leave with ``os._exit`` after flushing, skipping interpreter finalization, where
+    library threads may still be running (Orbax's async checkpoint loop prints "Event loop is
+    closed" tracebacks when a restore failed half-way).
+    """
     line = " ".join(str(message).split())
     print(f"{command}: error: {line}", file=sys.stderr, flush=True)
+    if exit_now:
+        sys.stdout.flush()
+        logging.shutdown()
+        os._exit(code)
     sys.exit(code)

@@ -43,6 +43,9 @@ _GPU_TARGET_CONFIG = flags.DEFINE_string(
 
 def main(argv):
     del argv
+    from allie_jax import cli
+
+    cli.setup("launch.compile_check")  # library INFO logs to a file, not the console
     import jax
 
     jax.config.update("jax_platforms", "cpu")  # compile for the target; never claim a local chip

@@ -9,9 +9,11 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from absl import app, flags
 
+from allie_jax import cli
 from allie_jax.convert import ConversionError, convert_gpt2, convert_released_allie
 from allie_jax.data import paths
 from allie_jax.model.checkpoint import CONFIG_FILE, PARAMS_DIR, export_safetensors, save_model
@@ -36,8 +38,12 @@ flags.DEFINE_bool(
 flags.mark_flags_as_required(["format", "input", "output"])
 
 
+COMMAND = "launch.convert"
+
+
 def main(argv: list[str]) -> None:
     del argv
+    cli.setup(COMMAND)
     try:
         if FLAGS.format == "gpt2":
             config = ModelConfig.named(FLAGS.size or "allie_medium")
@@ -48,13 +54,17 @@ def main(argv: list[str]) -> None:
             model = convert_released_allie(
                 FLAGS.input, size=FLAGS.size, allow_unsafe_pickle=FLAGS.allow_unsafe_pickle
             )
-    except ConversionError as err:
-        raise app.UsageError(str(err)) from None
+    except (ConversionError, OSError, ValueError) as err:  # one line: no flag help
+        cli.fail(COMMAND, str(err))
     # Local or remote (gs://...) outputs through etils.epath: written in a local staging folder,
     # then published whole (renamed, or uploaded), so a failed run leaves the output as it was.
-    with paths.staged_output(FLAGS.output, [CONFIG_FILE, PARAMS_DIR]) as stage:
-        save_model(model, stage)
+    try:
+        with paths.staged_output(FLAGS.output, [CONFIG_FILE, PARAMS_DIR]) as stage:
+            save_model(model, stage)
+    except OSError as err:
+        cli.fail(COMMAND, f"cannot write {FLAGS.output}: {err}")
     print(f"wrote {FLAGS.output} ({model.config.num_layers} layers × {model.config.embed_dim})")
+    sys.stdout.flush()
     if FLAGS.safetensors:
         target = paths.as_path(FLAGS.safetensors)
         with paths.staged_output(target.parent, [target.name]) as stage:

@@ -11,6 +11,9 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    from allie_jax import cli
+
+    cli.setup("launch.match")  # library INFO logs to a file, not the console
     from allie_jax.host_memory import keep_freed_host_memory
 
     keep_freed_host_memory()  # before JAX starts: XLA's temporaries stop faulting in each call

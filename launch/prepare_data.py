@@ -17,7 +17,7 @@ import sys
 
 from absl import app, flags
 
-from allie_jax import pgn
+from allie_jax import cli, pgn
 from allie_jax.data import flat_uint32
 from allie_jax.data import prepare as prepare_lib
 
@@ -66,6 +66,7 @@ USER_ERRORS = (
 
 def main(argv: list[str]) -> None:
     del argv
+    cli.setup("launch.prepare_data")
     try:
         config = prepare_lib.PrepareConfig(
             min_plies=FLAGS.min_plies,
@@ -85,6 +86,15 @@ def main(argv: list[str]) -> None:
     except USER_ERRORS as e:
         print(f"prepare_data: error: {e}", file=sys.stderr)
         sys.exit(1)
+    moved = stats.get("split_minimums_moved") or {}
+    if moved:
+        # the fractions alone would leave val/test too small to measure: say what was changed
+        told = ", ".join(f"{n} to {split}" for split, n in sorted(moved.items()))
+        print(
+            f"prepare_data: moved games from train to reach the split minimums ({told}; "
+            f"--min_split_games={FLAGS.min_split_games}, 0 turns this off)",
+            file=sys.stderr,
+        )
     keys = ("games_read", "games_written", "dropped", "tokens", "per_split", "inputs_truncated")
     print(json.dumps({k: stats[k] for k in keys}, indent=2))
 
