@@ -441,3 +441,39 @@ def test_go_right_after_bestmove_is_never_refused():
             assert time.monotonic() < end
             time.sleep(0.0005)
     assert not any("already thinking" in line for line in lines)
+
+
+def test_nothing_heavy_is_imported_before_uciok():
+    """``uci`` is answered by a process that has not imported JAX (or the model code): the
+    launcher, the handler, the time manager, the FEN histories and the Maia spec check are
+    light, and the loader imports the rest after ``uciok``."""
+    code = (
+        "import sys, launch.uci\n"
+        "from allie_jax.engine import uci, time_manager, fen_history, pacing\n"
+        "from allie_jax.baselines import maia_uci\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('jax', 'flax', 'torch')]\n"
+        "heavy += [m for m in sys.modules if m in ('allie_jax.engine.api', 'allie_jax.model')]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+
+
+def test_uciok_comes_before_the_loader_runs(tmp_path):
+    """The real launcher: ``uciok`` is on stdout before the loader has imported anything (a
+    checkpoint that does not load yet passes the launcher's light checks: the error comes at
+    ``isready``, after ``uciok``)."""
+    bad = tmp_path / "empty_dir"
+    bad.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "launch.uci", "--checkpoint", str(bad)],
+        cwd=REPO,
+        input="uci\nisready\nquit\n",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0
+    assert "uciok" in lines and "readyok" in lines
+    error = next(i for i, line in enumerate(lines) if "error loading the model" in line)
+    assert lines.index("uciok") < error < lines.index("readyok")

@@ -637,7 +637,9 @@ class UciHandler:
             what = "the root prior's most likely move"
         if self._current(go):
             self.send(f"info string answering at {why} with {what}")
-            self.send(f"info string move {move} path fallback")
+            elapsed = time.monotonic() - go.start
+            limit = f" limit {go.plan.limit_s:.3f}s" if go.plan.limit_s is not None else ""
+            self.send(f"info string move {move} path fallback{limit} elapsed {elapsed:.3f}s")
             if self._answer(go, move):
                 self.path_counts["fallback"] += 1
 
