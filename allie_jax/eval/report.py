@@ -102,7 +102,11 @@ def to_markdown(report: dict) -> str:
     for w in report.get("warnings", []):
         lines += [f"> **Warning:** {w}", ""]
     if meta.get("intervals"):
-        lines += [f"Intervals: {meta['intervals']}; ‡ marks a cell on fewer than {FEW}.", ""]
+        lines += [
+            f"Intervals of rates and means: {meta['intervals']}; ‡ marks a cell on fewer than "
+            f"{FEW}. Correlations: Fisher's interval over positions.",
+            "",
+        ]
 
     acc = report.get("move_accuracy", {})
     if acc:
