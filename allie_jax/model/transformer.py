@@ -22,7 +22,7 @@ Layout choices, and why:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import flax.struct
 import jax
@@ -353,6 +353,32 @@ class AllieModel(nnx.Module):
         value = jnp.tanh(h32 @ self.value_head[...] + self.value_bias[...])[..., 0]
         time = (h32 @ self.time_head[...] + self.time_bias[...])[..., 0]
         return ModelOutputs(policy_logits=logits, time=time, value=value)
+
+    def decode_one(
+        self, tokens: Array, positions: Array, attend: Callable[..., Array]
+    ) -> tuple[ModelOutputs, Array, Array]:
+        """One new token per row (``tokens``, ``positions``: int [b]) through every layer, whose
+        attention ``attend(layer, q, k, v)`` ([b, heads, head_dim] each, returns the same shape)
+        computes over whatever keys the caller keeps: the search's root cache, the node's path
+        and the token itself. Returns the outputs at the token and its keys / values
+        [b, layers, heads, head_dim]."""
+        b = tokens.shape[0]
+        dt = self.config.compute_dtype
+        x = self.embed(tokens[:, None], positions[:, None])
+        new_k, new_v = [], []
+        for i, block in enumerate(self.layer_blocks()):
+            q, k, v = block.attention_inputs(x)
+            out = attend(i, q[:, 0], k[:, 0], v[:, 0]).astype(dt)
+            # one [b, heads·hd] x [heads·hd, d] product: written as "bnh,nhd->bd", XLA on CPU
+            # re-laid the [heads, hd, d] weights out at every call (once per layer per step)
+            w_out = block.attn.out[...].astype(dt)
+            y = out.reshape(b, -1) @ w_out.reshape(-1, w_out.shape[-1])
+            y = y + block.attn.out_bias[...].astype(dt)
+            x = x + y[:, None]
+            x = x + block.mlp(block.ln_2(x))
+            new_k.append(k[:, 0])
+            new_v.append(v[:, 0])
+        return self.heads(x), jnp.stack(new_k, 1), jnp.stack(new_v, 1)
 
     # ------------------------------------------------------------------ (a) whole games
     def __call__(

@@ -180,31 +180,28 @@ def path_forward(
 
     ``root`` is the root cache in ``heads_first`` layout; rows are its first b and the first b of
     the per-node stores ``store_k/v`` ([B, N, L, heads, hd]); ``path_nodes`` [b, P] are the
-    path's node slots, ``path_len`` [b] how many are real. Returns (ModelOutputs at the new
-    token, k, v [b, L, heads, hd]). ``leaf_batch`` K > 1: row r is a leaf of game r // K (b a
-    multiple of K; the root cache and the stores hold games, not rows).
+    path's node slots, ``path_len`` [b] how many are real. The model decodes the token
+    (``AllieModel.decode_one``); this function supplies its attention over the three key groups.
+    Returns (ModelOutputs at the new token, k, v [b, L, heads, hd]). ``leaf_batch`` K > 1: row r
+    is a leaf of game r // K (b a multiple of K; the root cache and the stores hold games, not
+    rows).
     """
     b = action.shape[0]
-    dt = model.config.compute_dtype
     games = b // leaf_batch
     rows = jnp.arange(b) if leaf_batch == 1 else jnp.arange(b) // leaf_batch
     root_len = _rows(root.length, games)
     if leaf_batch > 1:
         root_len = jnp.repeat(root_len, leaf_batch)
     live = jnp.max(root_len)  # the longest root among these rows: later blocks are skipped
-    x = model.embed(action[:, None].astype(jnp.int32), (root_len + path_len)[:, None])
     # [b, L, heads, P, hd]: every layer's path keys/values read at once, before the model runs
     all_k, all_v = jax.lax.optimization_barrier(
         tuple(
             jnp.transpose(s[rows[:, None], path_nodes], (0, 2, 3, 1, 4)) for s in (store_k, store_v)
         )
     )
-    new_k, new_v = [], []
-    for i, block in enumerate(model.layer_blocks()):
-        q, k, v = block.attention_inputs(x)  # [b, 1, heads, hd]
-        q, k, v = q[:, 0], k[:, 0], v[:, 0]
-        path_k, path_v = all_k[:, i], all_v[:, i]  # [b, heads, P, hd]
-        out = _attend_one(
+
+    def attend(i, q, k, v):
+        return _attend_one(
             q,
             k,
             v,
@@ -212,20 +209,14 @@ def path_forward(
             tuple(_rows(x, games) for x in root.v[i]),
             root_len,
             live,
-            path_k,
-            path_v,
+            all_k[:, i],
+            all_v[:, i],
             path_len,
             leaf_batch,
-        ).astype(dt)
-        # one [b, heads·hd] x [heads·hd, d] product: written as "bnh,nhd->bd", XLA on CPU
-        # re-laid the [heads, hd, d] weights out (a 2.4 MB copy per layer per simulation step)
-        w_out = block.attn.out[...].astype(dt)
-        y = out.reshape(b, -1) @ w_out.reshape(-1, w_out.shape[-1])
-        x = x + (y + block.attn.out_bias[...].astype(dt))[:, None]
-        x = x + block.mlp(block.ln_2(x))
-        new_k.append(k.astype(store_k.dtype))
-        new_v.append(v.astype(store_v.dtype))
-    return model.heads(x), jnp.stack(new_k, 1), jnp.stack(new_v, 1)
+        )
+
+    out, k, v = model.decode_one(action.astype(jnp.int32), root_len + path_len, attend)
+    return out, k.astype(store_k.dtype), v.astype(store_v.dtype)
 
 
 # Path slots a step's evaluation reads when every active row's path fits (the smallest width
