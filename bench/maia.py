@@ -4,13 +4,18 @@
     python bench/maia.py search --maia_dir DIR [--positions 2000] [--sims 32] [--pikl_lambda L]
     python bench/maia.py speed --maia_dir DIR [--rounds 5]
     python bench/maia.py match --maia_dir DIR [--games_played 100] [--elo 1500] [--sims 32]
+    python bench/maia.py pibar --maia_dir DIR [--positions 128] [--sims 32] [--before REV]
 
 Positions follow the evaluation protocol (``GamePositions.accuracy_mask``: no plies < 10, no move
 made with < 30 s on the mover's clock; positions without clocks are kept). Intervals resample
 games (``allie_jax.eval.stats``). ``accuracy``: each Maia-R on the positions whose mover is rated
 within ±100 of R (the Maia paper's test set is players rated R..R+99), and Maia* (the nearest
 network) overall and per 200-Elo bin. ``search``: Maia*, Maia*+search (π̄) and Maia*+gumbel on the
-same seeded positions, with paired differences to Maia* per bin. ``speed``: forward positions/s
+same seeded positions, with paired differences to Maia* per bin. ``pibar``: maia-1500's π̄
+(``maia+search``) on seeded positions: human-move top-1 of the prior and of π̄, and how often π̄'s
+move was never visited, for the package at ``--before`` (imported as ``allie_jax_old``: unvisited
+moves valued at the root's value) and now (completed Q: mctx's mixed value), at the old λ (Grill's
+λ_N, every legal move in the support) and at the defaults (constant λ, visited support). ``speed``: forward positions/s
 at batch 256 (jitted, planes prepared), median of rounds, interleaved with lc0's own eigen
 backend on the same 256 positions when the parity extra is installed.
 """
@@ -152,6 +157,69 @@ def search(args) -> dict:
     return result
 
 
+def pibar(args) -> dict:
+    import dataclasses
+
+    import jax
+
+    sys.path.insert(0, str(REPO / "bench"))
+    from family_search import old_package
+
+    from allie_jax.baselines.maia import load_maia
+    from allie_jax.baselines.maia_search import MaiaSearchConfig, maia_searcher
+    from allie_jax.game import Game
+
+    old_package(args.before)
+    from allie_jax_old.baselines import maia as old_maia
+    from allie_jax_old.baselines import maia_search as old_search
+
+    positions = load_positions(args.games, args.max_games)
+    rng = np.random.default_rng(args.seed)
+    rows = np.sort(rng.choice(len(positions), size=args.positions, replace=False))
+    positions = subset(positions, rows)
+    human = positions.human_move()
+    games = [positions.prefix(p) for p in range(len(positions))]
+    path = pathlib.Path(args.maia_dir) / f"maia-{args.elo}.pb.gz"
+    out: dict = {"positions": len(games), "games": int(np.unique(positions.game).size)}
+
+    def tally(name, move, prior, visits):
+        move = np.asarray(move)
+        out[name] = {
+            "top1": float(np.mean(move == human)),
+            "prior_top1": float(np.mean(prior.argmax(-1) == human)),
+            "unvisited_chosen": float(np.mean(visits[np.arange(len(move)), move] == 0)),
+        }
+
+    before = old_search.MaiaSearcher(
+        old_maia.load_maia(path),
+        old_search.MaiaSearchConfig(mode="pibar", num_simulations=args.sims),
+        batch_size=args.batch,
+    )
+    res = before.run([g.moves for g in games], jax.random.key(args.seed))
+    tally("before (unvisited q = root value, Grill λ_N)", res.move_id, res.prior, res.visit_counts)
+    net = load_maia(path)
+    base = MaiaSearchConfig(mode="pibar", num_simulations=args.sims).search_config()
+    variants = {
+        "after (completed Q, Grill λ_N, legal support)": dataclasses.replace(
+            base, lambda_schedule="paper", final_support="legal", scale_c_puct=False
+        ),
+        "after (defaults: completed Q, constant λ, visited support)": base,
+    }
+    for name, config in variants.items():
+        searcher = maia_searcher(net, config)
+        moves, priors, visits = [], [], []
+        for start in range(0, len(games), args.batch):
+            chunk = [Game(moves=g.moves) for g in games[start : start + args.batch]]
+            r = searcher.run(chunk, jax.random.key(args.seed + start))
+            moves.append(r.move_id)
+            priors.append(r.prior)
+            visits.append(r.visit_counts)
+        tally(name, np.concatenate(moves), np.concatenate(priors), np.concatenate(visits))
+    out["simulations"] = args.sims
+    out["maia"] = args.elo
+    return out
+
+
 def speed(args) -> dict:
     from allie_jax.baselines.lc0_planes import GameEncoder
 
@@ -283,7 +351,8 @@ def match(args) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["accuracy", "search", "speed", "match"])
+    ap.add_argument("what", choices=["accuracy", "search", "speed", "match", "pibar"])
+    ap.add_argument("--before", default="5e52ade", help="pibar: the git revision before the fix")
     ap.add_argument("--elo", type=int, default=1500)
     ap.add_argument("--maia_dir", default=str(SHARED / "models" / "maia1"))
     ap.add_argument("--games", nargs="+", default=DEFAULT_GAMES)
@@ -299,9 +368,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.what == "match":
         args.games = args.games_n
-    result = {"accuracy": accuracy, "search": search, "speed": speed, "match": match}[args.what](
-        args
-    )
+    commands = {"accuracy": accuracy, "search": search, "speed": speed, "match": match}
+    result = {**commands, "pibar": pibar}[args.what](args)
     result["loadavg"] = pathlib.Path("/proc/loadavg").read_text().split()[:3]
     text = json.dumps(result, indent=1, default=float)
     print(text)

@@ -3,6 +3,9 @@ the search finds a mate the raw policy already likes (slow: each compiles the ru
 
 from __future__ import annotations
 
+import itertools
+
+import chess
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,11 +13,13 @@ import pytest
 
 from allie_jax import vocab
 from allie_jax.baselines import lc0_planes_jax as pj
+from allie_jax.baselines.eval_systems import vocab_policy
 from allie_jax.baselines.lc0_planes import GameEncoder
-from allie_jax.baselines.maia import load_maia
+from allie_jax.baselines.maia import MaiaPredictor, load_maia
 from allie_jax.baselines.maia_search import MaiaSearchConfig, MaiaSearcher
 from allie_jax.chess_jax import convert, rules
 from allie_jax.pgn import read_games
+from allie_jax.search.reference import ReferenceMCTS
 from tests.conftest import SAMPLE_PGN
 from tests.maia_support import maia_dir
 
@@ -62,7 +67,10 @@ def test_kl_limits_and_mate(nets, mode):
     out = MaiaSearcher(prior_net, cfg, anchor_net=anchor_net, batch_size=2).run(
         games, jax.random.key(0)
     )
-    np.testing.assert_allclose(out.policy, out.anchor, atol=1e-4)
+    # (the final policy's support is the visited moves: the anchor renormalised over them)
+    support = out.policy > 0
+    tau = np.where(support, out.anchor, 0.0)
+    np.testing.assert_allclose(out.policy, tau / tau.sum(-1, keepdims=True), atol=1e-4)
     assert np.abs(out.anchor - out.prior).max() > 1e-2  # the two networks do differ
     # λ small: the search's values decide, and the mate is the move
     cfg = MaiaSearchConfig(mode=mode, num_simulations=16, pikl_lambda=0.01)
@@ -79,3 +87,41 @@ def test_finished_game_is_refused(nets):
         MaiaSearcher(nets[0], MaiaSearchConfig(num_simulations=2), batch_size=2).run(
             [fools_mate], jax.random.key(0)
         )
+
+
+def _reference_evaluator(predictor, moves):
+    """ReferenceMCTS's leaf evaluator: Maia on host planes (python-chess), one call per node."""
+
+    def evaluate(path):
+        full = list(moves) + [vocab.MOVES[p] for p in path]
+        board = chess.Board()
+        for m in full:
+            board.push_uci(m)
+        enc = GameEncoder(full)
+        pol, wdl = predictor(enc.encode(len(full))[None])
+        ids = np.array([vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves], np.int32)
+        probs = vocab_policy(pol[0], len(full) % 2 == 1, enc.king_home[len(full)], ids)
+        return np.log(np.maximum(probs, 1e-30)), float(wdl[0, 0] - wdl[0, 2])
+
+    return evaluate
+
+
+def test_maia_search_builds_the_reference_tree_on_real_positions(nets):
+    """The one search with Maia's in-jit leaves (planes from the in-jit state) visits exactly
+    what the plain-Python ReferenceMCTS with Maia on host-encoded planes visits."""
+    net = nets[0]
+    games = list(itertools.islice(read_games(SAMPLE_PGN), 4))
+    prefixes = [g.moves[:k] for g, k in zip(games, (10, 25, 40, 7), strict=True)]
+    out = MaiaSearcher(net, MaiaSearchConfig(mode="visits", num_simulations=12), batch_size=4).run(
+        prefixes, jax.random.key(0)
+    )
+    predictor = MaiaPredictor(net, batch_size=1)
+    for i, moves in enumerate(prefixes):
+        board = chess.Board()
+        for m in moves:
+            board.push_uci(m)
+        ref = ReferenceMCTS(_reference_evaluator(predictor, moves), final_policy="visits")
+        res = ref.run(board, 12)
+        np.testing.assert_array_equal(out.visit_counts[i], res.visit_counts.astype(np.int32))
+        np.testing.assert_allclose(out.prior[i], res.prior, atol=1e-5)
+        assert out.search_value[i] == pytest.approx(res.root_value, abs=1e-5)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from allie_jax.chess_jax import rules
 from allie_jax.chess_jax.rules import ChessState
 
 HISTORY = 8
@@ -67,6 +68,4 @@ def king_home(state: ChessState) -> jax.Array:
 
 def repeated(state: ChessState) -> jax.Array:
     """bool ``[B]``: the current position occurred before (lc0's repetition plane)."""
-    from allie_jax.chess_jax.rules import _repetitions
-
-    return jax.vmap(_repetitions)(state) >= 2
+    return rules.repetitions(state) >= 2

@@ -6,14 +6,16 @@
   network nearest the opponent's rating when the game has one (Maia* as a player), else 1500.
 
 ``play(games, rng)`` answers a batch of games in progress (``allie_jax.game.Game``: moves from the
-standard start, both ratings) with ``allie_jax.engine.api.Decision`` rows, grouped so each network
-runs once per call. ``temperature`` 0 plays the argmax (Maia's own use), 1 samples the policy
-(piKL's strength matches).
+standard start, both ratings) with ``allie_jax.player.Decision`` rows, grouped so each network
+runs once per call, through the package's one search and move rule (``search/decision.py``).
+``temperature`` 0 plays the argmax (Maia's own use), T > 0 draws from the final policy (the
+policy preset's softmax at temperature T: piKL's strength matches use 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import chess
@@ -22,12 +24,13 @@ import numpy as np
 
 from allie_jax import vocab
 from allie_jax.baselines import lc0_moves
-from allie_jax.baselines.eval_systems import vocab_policy
 from allie_jax.baselines.lc0_planes import GameEncoder
 from allie_jax.baselines.maia import MaiaSet, load_maia, nearest_rating
-from allie_jax.baselines.maia_search import MaiaSearchConfig, MaiaSearcher
-from allie_jax.engine.api import Decision
+from allie_jax.baselines.maia_search import MaiaSearchConfig, maia_searcher
 from allie_jax.game import Game
+from allie_jax.player import Decision
+from allie_jax.search.config import SearchConfig
+from allie_jax.search.searcher import Searcher, SearchOutput
 
 PRESETS = {"policy": None, "search": "pibar", "gumbel": "gumbel"}
 
@@ -64,7 +67,13 @@ def parse_maia_spec(spec: str) -> MaiaSpec:
 
 
 class MaiaPlayer:
-    """Batched Maia moves for games in progress (see the module docstring)."""
+    """Batched Maia moves for games in progress (see the module docstring).
+
+    Every preset runs the package's one ``Searcher`` with Maia as the model
+    (``maia_search.maia_searcher``): ``policy`` at budget 0, ``search`` / ``gumbel`` with
+    ``num_simulations``; the move comes from ``search/decision.py``'s rule (temperature 0: the
+    argmax, else a draw from the final policy, the budget-0 policy tempered by ``temperature``).
+    """
 
     def __init__(
         self,
@@ -77,6 +86,8 @@ class MaiaPlayer:
     ):
         if spec.preset not in PRESETS:
             raise ValueError(f"maia preset {spec.preset!r}: expected one of {sorted(PRESETS)}")
+        if temperature < 0:
+            raise ValueError(f"temperature={temperature} must not be negative")
         self.spec = spec
         self.maia = MaiaSet(spec.maia_dir)
         if spec.elo is not None:
@@ -91,7 +102,17 @@ class MaiaPlayer:
             if mode
             else None
         )
-        self._searchers: dict[int, MaiaSearcher] = {}
+        search = (
+            self.config.search_config()
+            if self.config is not None
+            else SearchConfig(mode="policy", resign=False)
+        )
+        self.search_config = dataclasses.replace(
+            search,
+            temperature=temperature if temperature > 0 else 1.0,
+            sampling="sample" if temperature > 0 else "argmax",
+        )
+        self._searchers: dict[int, Searcher] = {}
 
     def rating_for(self, game: Game) -> int:
         if self.spec.elo is not None:
@@ -99,76 +120,64 @@ class MaiaPlayer:
         opponent = game.black_elo if len(game.moves) % 2 == 0 else game.white_elo
         return nearest_rating(opponent or 1500, self.maia.ratings)
 
+    def _searcher(self, rating: int) -> Searcher:
+        if rating not in self._searchers:
+            net = load_maia(self.maia.files[rating])
+            self._searchers[rating] = maia_searcher(net, self.search_config)
+        return self._searchers[rating]
+
     def play(self, games: Sequence[Game], rng: jax.Array) -> list[Decision]:
         by_net: dict[int, list[int]] = {}
         for i, g in enumerate(games):
+            _legal(g)
             by_net.setdefault(self.rating_for(g), []).append(i)
         out: list[Decision | None] = [None] * len(games)
-        np_rng = np.random.default_rng(np.asarray(jax.random.key_data(rng)).ravel()[-1].item())
         for rating, rows in sorted(by_net.items()):
-            if self.config is None:
-                policies, values, sims = self._policy(rating, [games[i] for i in rows])
-            else:
-                policies, values, sims = self._search(rating, [games[i] for i in rows], rng)
-            for j, i in enumerate(rows):
-                out[i] = self._decide(games[i], policies[j], values[j], sims, np_rng, rating)
+            key = jax.random.fold_in(rng, rating)
+            for start in range(0, len(rows), self.batch_size):
+                chunk = rows[start : start + self.batch_size]
+                res = self._searcher(rating).run(
+                    [games[i] for i in chunk], jax.random.fold_in(key, start)
+                )
+                for j, i in enumerate(chunk):
+                    out[i] = _decision(games[i], res, j, rating)
         return out  # type: ignore[return-value]
 
-    def _legal(self, game: Game) -> tuple[chess.Board, np.ndarray]:
-        board = chess.Board()
-        for uci in game.moves:
-            board.push_uci(uci)
-        ids = np.array([vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves], np.int32)
-        if not ids.size:
-            raise ValueError(f"maia: game {game.game_id or '?'} is over (no legal move)")
-        return board, ids
 
-    def _policy(self, rating: int, games: Sequence[Game]):
-        encoders = [GameEncoder(g.moves) for g in games]
-        planes = np.stack([e.encode(len(g.moves)) for e, g in zip(encoders, games, strict=True)])
-        pol, wdl = self.maia.predictor(rating)(planes)
-        policies, values = [], []
-        for j, (e, g) in enumerate(zip(encoders, games, strict=True)):
-            ply = len(g.moves)
-            _, ids = self._legal(g)
-            policies.append(vocab_policy(pol[j], ply % 2 == 1, e.king_home[ply], ids))
-            values.append(float(wdl[j, 0] - wdl[j, 2]))
-        return policies, values, 0
+def _legal(game: Game) -> np.ndarray:
+    board = chess.Board()
+    for uci in game.moves:
+        board.push_uci(uci)
+    ids = np.array([vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves], np.int32)
+    if not ids.size:
+        raise ValueError(f"maia: game {game.game_id or '?'} is over (no legal move)")
+    return ids
 
-    def _search(self, rating: int, games: Sequence[Game], rng):
-        if rating not in self._searchers:
-            self._searchers[rating] = MaiaSearcher(
-                load_maia(self.maia.files[rating]), self.config, batch_size=self.batch_size
-            )
-        for g in games:
-            self._legal(g)
-        res = self._searchers[rating].run([g.moves for g in games], jax.random.fold_in(rng, rating))
-        return (
-            list(res.policy.astype(np.float64)),
-            list(res.search_value),
-            self.config.num_simulations,
-        )
 
-    def _decide(self, game: Game, probs, value_mover, sims, np_rng, rating) -> Decision:
-        board, ids = self._legal(game)
-        p = np.asarray(probs, np.float64)[ids]
-        p = p / p.sum()
-        if self.temperature > 0:
-            w = p ** (1.0 / self.temperature)
-            choice = int(np_rng.choice(ids.size, p=w / w.sum()))
-        else:
-            choice = int(np.argmax(p))
-        move = vocab.MOVES[int(ids[choice])]
-        white = board.turn == chess.WHITE
-        return Decision(
-            move=move,
-            think_time_s=0.0,
-            value=float(value_mover if white else -value_mover),
-            resigned=False,
-            sims=int(sims),
-            policy={vocab.MOVES[int(i)]: float(q) for i, q in zip(ids, p, strict=True) if q > 1e-4},
-            note=f"maia-{rating}",
-        )
+def _decision(game: Game, res: SearchOutput, j: int, rating: int) -> Decision:
+    """Row ``j`` of a search as a ``Decision`` (values turned to White's view)."""
+    ids = np.flatnonzero(res.prior[j] > 0)
+    white = len(game.moves) % 2 == 0
+    value = float(res.search_value[j])
+    sims = int(res.num_sims[j])
+    return Decision(
+        move=res.move[j],
+        think_time_s=0.0,
+        value=value if white else -value,
+        resigned=bool(res.resign[j]),
+        sims=sims,
+        policy={
+            vocab.MOVES[int(i)]: float(res.policy[j, i]) for i in ids if res.policy[j, i] > 1e-4
+        },
+        note=f"maia-{rating}",
+        effective_lambda=float(res.effective_lambda[j]),
+        path="search" if sims > 0 else "prior",
+        search_value=value if sims > 0 else math.nan,
+        visits={
+            vocab.MOVES[int(i)]: int(res.visit_counts[j, i])
+            for i in np.flatnonzero(res.visit_counts[j])
+        },
+    )
 
 
 def maia_anchor_logits(maia: MaiaSet, games: Sequence[Game], elo: int | None = None) -> np.ndarray:

@@ -1,60 +1,70 @@
-"""KL-regularised search on Maia: Maia's policy as the prior and anchor τ, its WDL as the value.
+"""Search on Maia-1 through the package's one search: Maia's policy as the prior, its WDL as the value.
 
-The leaf evaluator is Maia itself, inside the search's jit: a node carries its ``ChessState`` and the
-8 newest boards (``lc0_planes_jax``), so expanding a node is one rules step, one plane build and one
-Maia forward pass for the whole batch. The tree is mctx's (0.0.71), as in ``allie_jax.search``.
+``MaiaSearcher`` is the ``Searcher`` of ``allie_jax.search`` (pUCT with first-play urgency and
+per-budget c_puct, the path limit, π̄ or Gumbel, per-game budgets, chunks, the deadline, the move
+and resignation rules) with Maia's roots and leaves: a node carries its ``ChessState`` and the 8
+newest boards (``lc0_planes_jax``), so expanding a node is one rules step, one plane build and one
+Maia forward pass for the whole batch, inside the search's jit. ``MaiaSearchConfig`` keeps the
+names the evaluator and the player use and maps onto a ``SearchConfig``:
 
-Two KL-regularised modes (piKL's point: search improves a human policy while a KL term keeps it
-close to the anchor):
-
-- ``pibar`` (``maia+search``): PUCT search (``c_puct``, no root noise), then Grill et al.'s
-  π̄ = argmax_π q·π − λ KL(τ ‖ π) over the legal moves, with λ = ``pikl_lambda`` or, when that is
-  None, Grill's λ_N = c_puct·√N / (|A| + N). Unvisited moves take the root's value as q.
+- ``pibar`` (``maia+search``): pUCT search, then π̄ = argmax_π q·π − λ KL(τ ‖ π) over completed
+  Q (mctx's mixed value for unvisited moves, so π̄ never plays a move the search did not visit).
 - ``gumbel`` (``maia+gumbel``): Gumbel MuZero (sequential halving over ``gumbel_considered``
-  moves), then, with ``pikl_lambda`` set, piKL's closed form π ∝ τ · exp(q̂ / λ) over completed
-  q-values q̂ (the maximiser of q·π − λ KL(π ‖ τ)); without it, mctx's improved policy
-  softmax(log τ + σ(q̂)).
-- ``visits``: plain visit counts (no KL post-processing), for reference.
+  moves) with the human-anchored improved policy softmax(log τ + q̂/λ).
+- ``visits``: the visit distribution, for reference.
+
+λ is ``SearchConfig``'s human-anchor strength: ``anchor_lambda`` (value units) under
+``lambda_schedule``; ``pikl_lambda`` is the older name of a constant λ and, when set, wins.
 
 The prior that guides the tree and the anchor τ of the KL term may be different networks
-(``anchor_net``), as piKL allows. The move played / predicted is the argmax of the final policy.
+(``anchor_net``), as piKL allows. Maia has no think-time head, so the adaptive modes are not
+offered (their budget is a predicted think time) and every game gets ``num_simulations``.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-import flax.struct
+import chess
 import jax
 import jax.numpy as jnp
-import mctx
 import numpy as np
 from flax import nnx
 
-from allie_jax import vocab
+from allie_jax import aot, chess_jax, vocab
 from allie_jax.baselines import lc0_moves
 from allie_jax.baselines import lc0_planes_jax as pj
 from allie_jax.baselines.lc0_planes import GameEncoder
 from allie_jax.baselines.maia import MaiaNet
-from allie_jax.chess_jax import convert, rules
-from allie_jax.search.pibar import kl_lambda, pibar
+from allie_jax.game import Game, normalize_think_time
+from allie_jax.search import leaves
+from allie_jax.search.config import DEFAULT_ANCHOR_LAMBDA, SearchConfig
+from allie_jax.search.prefill import ENGINE_SHORT_WIDTH, LENGTH_BUCKETS
+from allie_jax.search.searcher import Searcher
+from allie_jax.search.tree_search import NodeEval
 
 MODES = ("pibar", "gumbel", "visits")
-_NEG = -1e9  # logit of an illegal move (finite: mctx softmaxes every row)
 
 
 @dataclasses.dataclass(frozen=True)
 class MaiaSearchConfig:
-    """Search on Maia. ``pikl_lambda`` None: Grill's λ_N (pibar) or mctx's σ (gumbel)."""
+    """Search on Maia (see the module docstring); ``search_config()`` is the one search's config."""
 
     mode: str = "pibar"
     num_simulations: int = 32
     c_puct: float = 1.25
     c_base: float = 19652.0
-    pikl_lambda: float | None = None
+    pikl_lambda: float | None = None  # a constant λ (the older name of anchor_lambda)
+    anchor_lambda: float = DEFAULT_ANCHOR_LAMBDA
+    lambda_schedule: str = "constant"
     gumbel_considered: int = 16
-    max_depth: int | None = None
+    max_depth: int | None = None  # the path limit (None: SearchConfig's max_path)
+    temperature: float = 1.0
+    sampling: str = "argmax"  # Maia plays / predicts the mode of its final policy
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -64,17 +74,26 @@ class MaiaSearchConfig:
         if self.pikl_lambda is not None and not self.pikl_lambda > 0:
             raise ValueError(f"pikl_lambda={self.pikl_lambda} must be > 0 (or None)")
 
-
-@flax.struct.dataclass
-class Node:
-    """What a tree node carries: the position, its 8-board history, legal moves, and game end."""
-
-    state: rules.ChessState
-    boards: jax.Array  # int8 [B, 8, 64]
-    rep: jax.Array  # bool [B, 8]
-    valid: jax.Array  # bool [B, 8]
-    legal: jax.Array  # bool [B, 1968]
-    done: jax.Array  # bool [B]
+    def search_config(self) -> SearchConfig:
+        lam, schedule = self.anchor_lambda, self.lambda_schedule
+        if self.pikl_lambda is not None:
+            lam, schedule = float(self.pikl_lambda), "constant"
+        extra = {} if self.max_depth is None else {"max_path": int(self.max_depth)}
+        return SearchConfig(
+            mode="gumbel" if self.mode == "gumbel" else "search",
+            mean_sims=self.num_simulations,
+            max_sims=self.num_simulations,
+            c_puct=self.c_puct,
+            c_base=self.c_base,
+            anchor_lambda=lam,
+            lambda_schedule=schedule,
+            final_policy="visits" if self.mode == "visits" else "pibar",
+            gumbel_considered=self.gumbel_considered,
+            temperature=self.temperature,
+            sampling=self.sampling,
+            resign=False,
+            **extra,
+        )
 
 
 @dataclasses.dataclass
@@ -92,149 +111,131 @@ class MaiaSearchOutput:
     num_sims: np.ndarray  # int32 [B]
 
 
-def _evaluate(net: MaiaNet, node: Node) -> tuple[jax.Array, jax.Array]:
-    """Vocabulary logits (−1e9 off the legal moves) and W − L for the mover."""
-    planes = pj.planes(node.boards, node.rep, node.valid, node.state)
+# ----------------------------------------------------------------------------- inside jit
+def evaluate(net: MaiaNet, state, boards, rep, valid, legal) -> tuple[jax.Array, jax.Array]:
+    """Vocabulary logits (−inf off the legal moves) and W − L for the side to move."""
+    planes = pj.planes(boards, rep, valid, state)
     lc0_logits, wdl_logits = net(planes)
-    logits = lc0_moves.lc0_to_vocab_logits(
-        lc0_logits, node.state.color == 1, pj.king_home(node.state), node.legal
-    )
-    logits = jnp.where(node.legal, logits, _NEG)
+    logits = lc0_moves.lc0_to_vocab_logits(lc0_logits, state.color == 1, pj.king_home(state), legal)
     wdl = jax.nn.softmax(wdl_logits, axis=-1)
     return logits, wdl[:, 0] - wdl[:, 2]
 
 
-def _step(node: Node, action: jax.Array) -> tuple[Node, jax.Array]:
-    """Play ``action`` in every row; returns the child and the mover's reward (+1 mate, −1 for an
-    illegal action, which a tree may try below a node whose priors are all tiny)."""
-    legal_action = jnp.take_along_axis(node.legal, action[:, None], axis=1)[:, 0]
-    moved = rules.apply(node.state, action)
-    legal = rules.legal_mask(moved)
-    ended, result_white = rules.outcome(moved, legal)
-    keep = node.done | ~legal_action  # finished or illegal: the child is a dead copy
-    state = jax.tree.map(
-        lambda new, old: jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), old, new),
-        moved,
-        node.state,
-    )
-    boards, rep, valid = pj.push_history(
-        node.boards, node.rep, node.valid, pj.absolute_boards(moved), pj.repeated(moved)
-    )
-    pick = lambda new, old: jnp.where(keep.reshape((-1,) + (1,) * (new.ndim - 1)), old, new)  # noqa: E731
-    mover_sign = jnp.where(node.state.color == 0, 1.0, -1.0)  # the side that just moved
-    reward = jnp.where(ended, result_white * mover_sign, 0.0)
-    reward = jnp.where(node.done, 0.0, jnp.where(legal_action, reward, -1.0))
-    child = Node(
-        state=state,
-        boards=pick(boards, node.boards),
-        rep=pick(rep, node.rep),
-        valid=pick(valid, node.valid),
-        legal=pick(legal, node.legal),
-        done=node.done | ended | ~legal_action,
-    )
-    return child, reward
+@dataclasses.dataclass(frozen=True)
+class MaiaLeaves:
+    """Maia's ``leaves.Leaves``: a node carries its state and 8-board history (the context holds
+    the roots' history)."""
+
+    def root_eval(self, model: Any, state, root_out, context) -> NodeEval:
+        del model
+        boards, rep, valid = context
+        payload = {"state": state, "boards": boards, "rep": rep, "valid": valid}
+        value = leaves.mover_value(root_out.value, state.color == 0)
+        ev = leaves.node_eval(state, root_out.policy_logits, value, payload)
+        # a root the rules would let a player claim drawn is still searched (a human may play
+        # on); only a root without a legal move cannot be
+        has_move = (ev.prior_logits > leaves.NO_TOKEN / 2).any(-1)
+        return ev._replace(terminal=~has_move, value=jnp.where(has_move, value, ev.value))
+
+    def make_expand(self, model: Any, context, row_buckets: tuple[int, ...]):
+        def expand_one(node, action, _):
+            child = chess_jax.apply(node["state"], action)
+            legal = chess_jax.legal_mask(child)
+            boards, rep, valid = pj.push_history(
+                node["boards"],
+                node["rep"],
+                node["valid"],
+                pj.absolute_boards(child),
+                pj.repeated(child),
+            )
+            logits, value = evaluate(model, child, boards, rep, valid, legal)
+            payload = {"state": child, "boards": boards, "rep": rep, "valid": valid}
+            return leaves.node_eval(child, logits, value, payload, legal)
+
+        return leaves.bucketed_expand(row_buckets, context[0].shape[0], expand_one)
+
+    def sort_context(self, context, order, sorted_rows: bool):
+        return leaves.take_rows(context, order, sorted_rows)
 
 
-def _search(
-    prior_net: MaiaNet, anchor_net: MaiaNet | None, root: Node, rng, config: MaiaSearchConfig
-):
-    prior_logits, root_value = _evaluate(prior_net, root)
-    anchor_logits = prior_logits if anchor_net is None else _evaluate(anchor_net, root)[0]
+@functools.partial(aot.jit, static_argnames=("graphdef",))
+def _root(graphdef, params, state, legal, boards, rep, valid):
+    net = nnx.merge(graphdef, params)
+    logits, value_mover = evaluate(net, state, boards, rep, valid, legal)
+    b = logits.shape[0]
+    moves = jnp.where(legal, logits, leaves.NO_TOKEN)
+    full = jnp.full((b, vocab.VOCAB_SIZE), leaves.NO_TOKEN, jnp.float32)
+    time = jnp.full((b,), normalize_think_time(np.float32(0.0)), jnp.float32)
+    value_white = leaves.mover_value(value_mover, state.color == 0)
+    return leaves.RootOutputs(full.at[:, : vocab.NUM_MOVES].set(moves), time, value_white)
 
-    def recurrent_fn(params, key, action, node: Node):
-        del params, key
-        child, reward = _step(node, action)
-        logits, value = _evaluate(prior_net, child)
-        value = jnp.where(child.done, 0.0, value)
-        discount = jnp.where(child.done, 0.0, -1.0)
-        out = mctx.RecurrentFnOutput(
-            reward=reward, discount=discount, prior_logits=logits, value=value
+
+def _history(games: Sequence[Game], batch: int):
+    boards = np.zeros((batch, pj.HISTORY, 64), np.int8)
+    rep = np.zeros((batch, pj.HISTORY), bool)
+    valid = np.zeros((batch, pj.HISTORY), bool)
+    for i in range(batch):
+        g = games[i if i < len(games) else 0]
+        boards[i], rep[i], valid[i] = GameEncoder(g.moves).history(len(g.moves))
+    return boards, rep, valid
+
+
+class MaiaRoots:
+    """``leaves.Roots`` of Maia: games from the standard start, the root history as context."""
+
+    leaves = MaiaLeaves()
+    claimable_roots = True  # a root in a claimable draw is searched (see MaiaLeaves.root_eval)
+
+    def __init__(self, net: MaiaNet, *, fixed_shapes: bool = False):
+        self.graphdef, self.params = nnx.split(net)
+        self.fixed_shapes = fixed_shapes
+        self.stats = collections.Counter()
+
+    def forget(self) -> None:
+        pass
+
+    def replay_widths(self) -> tuple[int, ...]:
+        return (ENGINE_SHORT_WIDTH, 512) if self.fixed_shapes else LENGTH_BUCKETS
+
+    def prepare(self, games: Sequence[Game], batch: int):
+        moves = [chess_jax.uci_to_move_ids(list(g.moves)) for g in games]
+        moves += [moves[0]] * (batch - len(games))
+        return moves, _history(games, batch)
+
+    def evaluate(self, prepared, state, legal):
+        context = tuple(jnp.asarray(x) for x in prepared)
+        return _root(self.graphdef, self.params, state, legal, *context), context
+
+    def warm(self, batch: int, replay) -> Iterator[tuple[int, Any, Any, Any, Any]]:
+        start = _history([Game(moves=[])], batch)
+        for width in self.replay_widths():
+            state, legal = replay(width)
+            root, context = self.evaluate(start, state, legal)
+            yield width, state, legal, root, context
+
+
+def maia_searcher(net: MaiaNet, config: SearchConfig, *, fixed_shapes: bool = False) -> Searcher:
+    """The one ``Searcher`` with Maia as the model (``config``: any non-adaptive mode)."""
+    if config.adaptive:
+        raise ValueError(
+            f"mode {config.mode!r} sets each budget from a predicted think time, which Maia "
+            "does not have: use search or gumbel"
         )
-        return out, child
-
-    root_out = mctx.RootFnOutput(prior_logits=prior_logits, value=root_value, embedding=root)
-    invalid = ~root.legal
-    if config.mode == "gumbel":
-        policy_fn = mctx.gumbel_muzero_policy
-        knobs = dict(max_num_considered_actions=config.gumbel_considered)
-    else:
-        policy_fn = mctx.muzero_policy
-        knobs = dict(
-            dirichlet_fraction=0.0,
-            pb_c_init=config.c_puct,
-            pb_c_base=config.c_base,
-            temperature=1.0,
-        )
-    out = policy_fn(
-        None,
-        rng,
-        root_out,
-        recurrent_fn,
-        config.num_simulations,
-        invalid_actions=invalid,
-        max_depth=config.max_depth,
-        **knobs,
+    return Searcher(
+        net, config, fixed_shapes=fixed_shapes, roots=MaiaRoots(net, fixed_shapes=fixed_shapes)
     )
-    tree = out.search_tree
-    summary = tree.summary()
-    visits = summary.visit_counts
-    q = summary.qvalues
-    anchor = jax.nn.softmax(jnp.where(root.legal, anchor_logits, -jnp.inf), axis=-1)
-    total = visits.sum(-1)
-    if config.mode == "pibar":
-        lam = (
-            jnp.full_like(root_value, config.pikl_lambda)
-            if config.pikl_lambda is not None
-            else kl_lambda(config.c_puct, total, root.legal.sum(-1))
-        )
-        policy = pibar(jnp.where(visits > 0, q, root_value[:, None]), anchor, root.legal, lam)
-    elif config.mode == "gumbel":
-        if config.pikl_lambda is not None:
-            prior_probs = jax.nn.softmax(prior_logits, axis=-1)
-            completed = completed_q(q, visits, prior_probs, root_value)
-            logits = jnp.log(jnp.maximum(anchor, 1e-30)) + completed / config.pikl_lambda
-            policy = jax.nn.softmax(jnp.where(root.legal, logits, -jnp.inf), axis=-1)
-        else:
-            policy = out.action_weights
-    else:
-        policy = visits / jnp.maximum(total[:, None], 1)
-    policy = jnp.where(root.legal, policy, 0.0)
-    prior = jax.nn.softmax(jnp.where(root.legal, prior_logits, -jnp.inf), axis=-1)
-    return {
-        "move_id": jnp.argmax(policy, axis=-1).astype(jnp.int32),
-        "policy": policy,
-        "prior": prior,
-        "anchor": anchor,
-        "visit_counts": visits,
-        "root_value": root_value,
-        "search_value": summary.value,
-        "num_sims": total,
-    }
 
 
-def completed_q(
-    q: jax.Array, visits: jax.Array, prior: jax.Array, raw_value: jax.Array
-) -> jax.Array:
-    """Root q-values with unvisited moves completed by mctx's mixed value (unscaled):
-    (v̂ + N · Σ_visited π(a) q(a) / Σ_visited π(a)) / (1 + N)."""
-    visited = visits > 0
-    total = visits.sum(-1).astype(jnp.float32)
-    p_visited = jnp.where(visited, prior, 0.0).sum(-1)
-    weighted = jnp.where(visited, prior * q, 0.0).sum(-1) / jnp.maximum(p_visited, 1e-30)
-    mixed = jnp.where(total > 0, (raw_value + total * weighted) / (1.0 + total), raw_value)
-    return jnp.where(visited, q, mixed[:, None])
-
-
-@nnx.jit(static_argnames=("config",))
-def _jit_search(prior_net, anchor_net, root, rng, config):
-    return _search(prior_net, anchor_net, root, rng, config)
+@functools.partial(aot.jit, static_argnames=("graphdef",))
+def _anchor_logits(graphdef, params, state, legal, boards, rep, valid):
+    return _root(graphdef, params, state, legal, boards, rep, valid).policy_logits
 
 
 class MaiaSearcher:
     """Batched search on Maia for positions given as games in progress (lists of UCI moves).
 
-    Rows are padded to ``batch_size`` and move lists to a multiple of 64 plies, so a run compiles
-    once per (batch size, length bucket).
+    Rows are run ``batch_size`` at a time (padded to a power of two, move lists to a length
+    bucket), so a run compiles once per (batch size, length bucket).
     """
 
     def __init__(
@@ -249,45 +250,54 @@ class MaiaSearcher:
         self.anchor_net = anchor_net
         self.config = config
         self.batch_size = batch_size
+        self.searcher = maia_searcher(prior_net, config.search_config())
+        self._anchor = None if anchor_net is None else nnx.split(anchor_net)
 
-    def roots(self, games: Sequence[Sequence[str]]) -> Node:
-        """Root nodes of the positions after each move list (host encoder for the history)."""
-        n = len(games)
-        length = max([len(m) for m in games] + [1])
-        width = -(-length // 64) * 64
-        ids = np.zeros((n, width), np.int32)
-        boards = np.zeros((n, 8, 64), np.int8)
-        rep = np.zeros((n, 8), bool)
-        valid = np.zeros((n, 8), bool)
-        for i, moves in enumerate(games):
-            ids[i, : len(moves)] = convert.uci_to_move_ids(list(moves))
-            boards[i], rep[i], valid[i] = GameEncoder(moves).history(len(moves))
-        lengths = np.asarray([len(m) for m in games], np.int32)
-        state = rules.replay(jnp.asarray(ids), jnp.asarray(lengths))
-        legal = rules.legal_mask(state)
-        # A root is searched whenever it has a legal move: a human may play on in a position the
-        # rules would let them claim as drawn (threefold, 50 moves); inside the tree those end.
-        done = ~legal.any(axis=-1)
-        return Node(state, jnp.asarray(boards), jnp.asarray(rep), jnp.asarray(valid), legal, done)
+    def _anchor_rows(self, games: list[Game]) -> np.ndarray | None:
+        if self._anchor is None:
+            return None
+        b = len(games)
+        moves, history = self.searcher.roots.prepare(games, b)
+        state, legal, _ = self.searcher._replay(moves)
+        logits = _anchor_logits(*self._anchor, state, legal, *(jnp.asarray(x) for x in history))
+        return np.asarray(logits)[:, : vocab.NUM_MOVES]
 
     def run(self, games: Sequence[Sequence[str]], rng: jax.Array) -> MaiaSearchOutput:
         """Search every position (games must not be over: each needs a legal move)."""
         outs = []
         for start in range(0, len(games), self.batch_size):
-            chunk = list(games[start : start + self.batch_size])
-            n = len(chunk)
-            padded = chunk + [chunk[-1]] * (self.batch_size - n)
-            root = self.roots(padded)
-            if bool(np.asarray(root.done[:n]).any()):
-                bad = int(np.argmax(np.asarray(root.done[:n])))
-                raise ValueError(f"maia search: position {start + bad} has no legal move")
-            res = _jit_search(
-                self.prior_net, self.anchor_net, root, jax.random.fold_in(rng, start), self.config
+            chunk = [Game(moves=list(m)) for m in games[start : start + self.batch_size]]
+            for i, g in enumerate(chunk):
+                board = chess.Board()
+                for uci in g.moves:
+                    board.push_uci(uci)
+                if not board.legal_moves.count():
+                    raise ValueError(f"maia search: position {start + i} has no legal move")
+            anchor = self._anchor_rows(chunk)
+            res = self.searcher.run(chunk, jax.random.fold_in(rng, start), anchor_logits=anchor)
+            white = np.asarray([len(g.moves) % 2 == 0 for g in chunk])
+            legal = res.prior > 0
+            if anchor is None:
+                tau = res.prior
+            else:
+                a = np.where(legal, anchor, -np.inf)
+                tau = np.exp(a - a.max(-1, keepdims=True))
+                tau = tau / tau.sum(-1, keepdims=True)
+            outs.append(
+                {
+                    "move_id": res.move_id,
+                    "policy": res.policy,
+                    "prior": res.prior,
+                    "anchor": tau.astype(np.float32),
+                    "visit_counts": res.visit_counts,
+                    "root_value": np.where(white, res.value_white, -res.value_white),
+                    "search_value": res.search_value,
+                    "num_sims": res.num_sims,
+                }
             )
-            outs.append({k: np.asarray(v)[:n] for k, v in res.items()})
         cat = {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
         return MaiaSearchOutput(
-            move_id=cat["move_id"],
+            move_id=cat["move_id"].astype(np.int32),
             move=[vocab.MOVES[int(i)] for i in cat["move_id"]],
             policy=cat["policy"].astype(np.float32),
             prior=cat["prior"].astype(np.float32),
