@@ -449,6 +449,28 @@ def test_over_http_a_full_server_says_503(allie):
         _stop(srv)
 
 
+def test_a_failing_search_still_answers_with_the_models_prior(allie):
+    from allie_jax.engine.web import allie_player
+    from allie_jax.game import Game
+
+    class Broken:
+        def play(self, *args, **kwargs):
+            raise RuntimeError("boom")
+
+        def predict(self, games, **kwargs):
+            return allie.predict(games, **kwargs)
+
+    game = Game(moves=["e2e4", "c7c5"], white_elo=1500, black_elo=1500)
+    decision = allie_player(Broken())(game, "adaptive", 5.0)
+    probs = allie.predict([game])[0].move_probs
+    board = chess.Board()
+    board.push_uci("e2e4")
+    board.push_uci("c7c5")
+    assert set(probs) == {m.uci() for m in board.legal_moves}
+    assert decision.move == max(probs, key=probs.get) and decision.sims == 0
+    assert "search failed (boom)" in decision.note
+
+
 def test_new_game_prepares_off_the_clock():
     """A mode not compiled yet: the game waits ``preparing`` with both clocks stopped, refuses
     moves, and starts the clocks once the warm-up ends; the next game of that mode is ready."""

@@ -197,7 +197,10 @@ class PlayApp:
 
     def engine_move(self, session: GameSession) -> None:
         def play(game, mode, budget_s):
-            with self._engine_lock:
+            asked = time.monotonic()
+            with self._engine_lock:  # another game's move or warm-up runs on this clock too
+                if budget_s is not None:
+                    budget_s = max(0.0, budget_s - (time.monotonic() - asked))
                 return self._play(game, mode, budget_s)
 
         session.engine_move(play)
@@ -221,9 +224,24 @@ def allie_player(allie: Any, seed: int = 0) -> PlayFn:
 
     def play(game, mode, budget_s=None):
         deadline = None if budget_s is None else time.monotonic() + budget_s
-        return allie.play([game], mode, rng=next(counter), deadline=deadline)[0]
+        try:
+            return allie.play([game], mode, rng=next(counter), deadline=deadline)[0]
+        except Exception as err:  # never lose the move: the model's own most probable move
+            log.exception("Allie.play failed; answering with the model's prior")
+            return prior_decision(allie, game, f"fallback: the search failed ({err})")
 
     return play
+
+
+def prior_decision(allie: Any, game: Any, note: str) -> Any:
+    """A ``Decision`` from one forward pass: the model's most probable legal move."""
+    from allie_jax.engine.api import Decision
+
+    pred = allie.predict([game])[0]
+    move = max(pred.move_probs.items(), key=lambda kv: kv[1])[0]
+    return Decision(
+        move, pred.think_time_s, pred.value_white, False, 0, dict(pred.move_probs), note=note
+    )
 
 
 def allie_app(allie: Any, *, checkpoint: str = "", seed: int = 0, **kwargs: Any) -> PlayApp:
