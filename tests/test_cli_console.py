@@ -26,7 +26,8 @@ pytestmark = pytest.mark.xdist_group("cli_console")
 
 def run(name: str, args: list[str], tmp_path: pathlib.Path, ok: bool = True) -> list[str]:
     """Run ``python -m launch.<args>``; its console lines (stdout + stderr, progress bars as one
-    line each); asserts the exit status and that no library INFO line reached the console."""
+    line each), or on an expected error its one stderr line; asserts the exit status and that no
+    library INFO line reached the console."""
     env = {**os.environ, "ALLIE_JAX_HOME": str(tmp_path / "home"), "JAX_PLATFORMS": ""}
     env.pop("JAX_PLATFORMS")
     proc = subprocess.run(
@@ -52,6 +53,7 @@ def run(name: str, args: list[str], tmp_path: pathlib.Path, ok: bool = True) -> 
         assert len(err) == 1 and ": error: " in err[0], err
         assert err[0].split(": error: ")[0] in (args[0], args[0].removeprefix("launch.")), err
         assert "--helpfull" not in proc.stderr and "flags:" not in proc.stderr
+        return err  # the error line
     return lines
 
 
