@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 NETS = (1100, 1500, 1900)
 BIN = 200  # mover-rating bins of the table and the plot (the report's 100-Elo bins, pooled)
+MIN_PLOT = 10  # bins with fewer positions are in the table but not on the plot
 
 
 def rows(reports: Mapping[float, dict], nets: Sequence[int] = NETS) -> list[dict]:
@@ -97,15 +98,16 @@ def plot(table: list[dict], path: pathlib.Path) -> None:
     lams = sorted({r["lambda"] for r in table})
     styles = ["-", "--", ":", "-."]
     for r in table:
-        xs = [b + BIN / 2 for b in r["by_bin"]]
-        ys = [100 * v for v, _ in r["by_bin"].values()]
+        kept = [(b, v) for b, (v, n) in r["by_bin"].items() if n >= MIN_PLOT]
+        xs = [b + BIN / 2 for b, _ in kept]
+        ys = [100 * v for _, v in kept]
         style = styles[lams.index(r["lambda"]) % len(styles)]
         ax.plot(xs, ys, style, marker="o", color=colors.get(r["net"]),
                 label=f"maia-{r['net']}, λ={r['lambda']:g}")  # fmt: skip
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xlabel("mover rating")
     ax.set_ylabel("top-1 accuracy change, search − raw (points)")
-    ax.set_title("KL-regularised search on Maia vs the raw net")
+    ax.set_title(f"KL-regularised search on Maia vs the raw net (bins with ≥ {MIN_PLOT} positions)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
