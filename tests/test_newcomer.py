@@ -196,3 +196,44 @@ def test_converter_reads_only_the_model_entries(tmp_path):
     grew = _peak_rss_since_reset() - before
     assert set(state) == {"w"} and state["w"].shape == (1000, 100)
     assert grew < 64e6, f"peak RSS grew by {grew / 1e6:.0f} MB reading a 256 MB file"
+
+
+@torch_only
+def test_converter_calls_damaged_files_corrupt_not_unsafe(tmp_path):
+    """Random bytes or a cut download is corrupt: the message must not steer to the unsafe
+    loader, and the unsafe loader is not tried even when allowed."""
+    import torch
+
+    from allie_jax.convert import ConversionError
+    from allie_jax.convert.allie_torch import read_torch_checkpoint
+
+    good = tmp_path / "best.pt"
+    torch.save({"model": {"w": torch.ones(64, 64)}, "iter_num": 3}, good)
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(os.urandom(4096))
+    for path in (cut, junk):
+        for unsafe in (False, True):
+            with pytest.raises(ConversionError) as err:
+                read_torch_checkpoint(path, allow_unsafe_pickle=unsafe)
+            msg = str(err.value)
+            assert msg.startswith(f"{path}: corrupt or truncated"), msg
+            assert "unsafe" not in msg and "arbitrary code" not in msg
+
+
+@torch_only
+def test_converter_builds_numpy_scalars_through_safe_globals_only(tmp_path):
+    """A numpy number beside the tensors loads through torch's safe globals (the listed numpy
+    classes); without them the same file is refused naming the classes."""
+    import numpy as np
+    import torch
+
+    from allie_jax.convert import ConversionError
+    from allie_jax.convert.allie_torch import read_torch_checkpoint
+
+    path = tmp_path / "best.pt"
+    torch.save({"model": {"w": torch.ones(2, 3)}, "best_val_loss": np.float64(1.35)}, path)
+    assert read_torch_checkpoint(path)["w"].shape == (2, 3)
+    with pytest.raises(ConversionError, match=r"numpy\.dtype.*--allow_unsafe_pickle"):
+        read_torch_checkpoint(path, safe_globals=())
