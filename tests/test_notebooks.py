@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -191,6 +192,71 @@ def test_notebooks_are_thin_and_guarded():
         assert badge in readme, f"README: no Open in Colab badge for {path.name}"
         assert badge in nb.cells[0].source, f"{path.name}: no badge in its first cell"
     assert len(installs) == 1, "the install cell differs between notebooks"
+
+
+def _install_cell() -> str:
+    nb = nbformat.read(COLAB / "quickstart.ipynb", as_version=4)
+    return next(c.source for c in nb.cells if c.cell_type == "code" and "pip" in c.source)
+
+
+@pytest.mark.parametrize(
+    "runtime, wheel, replaced, target, editable",
+    [
+        ("gpu", False, False, "allie-jax[gpu,weights]", True),
+        ("tpu", False, False, "allie-jax[tpu,weights]", True),
+        ("cpu", False, True, "allie-jax[weights]", True),
+        ("gpu", True, True, "allie_jax-0.1.0-py3-none-any.whl[gpu,weights]", False),
+    ],
+)
+def test_install_cell_picks_the_extra_and_restarts(
+    runtime, wheel, replaced, target, editable, tmp_path, monkeypatch
+):
+    """The install cell's decisions on a simulated Colab runtime (no pip, no git run): the extra
+    from the accelerator found, an uploaded wheel before the repository, and a restart exactly
+    when pip replaced jax or numpy."""
+    import importlib.metadata
+    import types
+
+    monkeypatch.chdir(tmp_path)
+    if wheel:
+        (tmp_path / "allie_jax-0.1.0-py3-none-any.whl").write_bytes(b"")
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    monkeypatch.delenv("COLAB_TPU_ADDR", raising=False)
+    monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
+    if runtime == "tpu":
+        monkeypatch.setenv("COLAB_TPU_ADDR", "10.0.0.2:8470")
+    real_exists = os.path.exists
+    devices = {"gpu": "/dev/nvidia0", "tpu": "/dev/accel0"}
+    monkeypatch.setattr(
+        os.path,
+        "exists",
+        lambda p: p == devices.get(runtime) or (p not in devices.values() and real_exists(p)),
+    )
+    commands: list[list[str]] = []
+    installed = {"done": False}
+
+    def fake_run(cmd, check=False):
+        commands.append(list(cmd))
+        if "pip" in cmd:
+            installed["done"] = True
+
+    versions = importlib.metadata.version
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(
+        importlib.metadata,
+        "version",
+        lambda p: versions(p) + (".new" if replaced and installed["done"] else ""),
+    )
+    kills = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    exec(_install_cell(), {"REPO_URL": "file:///repo", "EXTRAS": ["weights"]})
+    clones = [c for c in commands if c[:2] == ["git", "clone"]]
+    assert bool(clones) == (not wheel)
+    pip = next(c for c in commands if "pip" in c)
+    assert pip[-1] == str(tmp_path / target)
+    assert ("-e" in pip) == editable
+    assert kills == ([(os.getpid(), 9)] if replaced else [])
 
 
 @pytest.fixture(scope="module")
