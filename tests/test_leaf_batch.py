@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from allie_jax import chess_jax, vocab
+from allie_jax.search import evaluator as evaluator_lib
 from allie_jax.search import selection, tree_search
 from allie_jax.search.reference import Node, ReferenceMCTS
 from tests.test_search_reference import POSITIONS, HashEvaluator, _jax_eval, _mix_jnp
@@ -307,3 +308,74 @@ def test_searcher_leaf_batch_budgets_and_chunks(tiny_model):
         legal[[vocab.encode_move(m.uci()) for m in board.legal_moves]] = True
         assert (plain.visit_counts[i][~legal] == 0).all()
         assert legal[plain.move_id[i]]
+
+
+# ----------------------------------------------------------------------------- agreement
+_PIECE_VALUES = jnp.asarray([0.0, 1, 3, 3, 5, 9, 0])  # none, pawn .. king (chess_jax codes)
+
+
+def _material_eval(state) -> tree_search.NodeEval:
+    """A real evaluator without a trained model: uniform prior over the legal moves, value
+    tanh(material / 4) for the side to move (chess_jax boards are side-relative), exact values
+    at mates and draws."""
+    legal = chess_jax.legal_mask(state)
+    done, exact = evaluator_lib.terminal_value(state, legal)
+    board = state.board.astype(jnp.int32)
+    material = jnp.sum(jnp.sign(board) * _PIECE_VALUES[jnp.abs(board)], -1)
+    logits = selection.mask_logits(jnp.zeros(legal.shape, jnp.float32), legal)
+    value = jnp.where(done, exact, jnp.tanh(material / 4.0))
+    return tree_search.NodeEval(logits, value, done, {"state": state})
+
+
+def _material_expand(payloads, parent, path_nodes, path_len, action, num_active):
+    k = parent.shape[0] // payloads["state"].color.shape[0]
+    game = jnp.arange(parent.shape[0]) // k
+    state = jax.tree.map(lambda x: x[game, parent], payloads["state"])
+    return _material_eval(chess_jax.apply(state, action))
+
+
+@pytest.mark.slow  # two compiled chess searches of 32 games
+def test_leaf_batch_moves_agree_with_one_leaf_search(sample_pgn):
+    """On real positions (sample games cut at plies 10..40), the move a K = 8 search draws from
+    its final policy π̄ agrees with the move of a one-leaf search of the same budget at least as
+    often as the moves of two one-leaf searches with different seeds agree. The one-leaf tree
+    does not depend on the seed, so those agree with probability sum(π₁²); the K search and a
+    one-leaf one with sum(π₈ · π₁) (exact expectations, no sampling noise)."""
+    from allie_jax.pgn import read_games
+    from allie_jax.search import pibar
+
+    plies = list(range(10, 41, 2))
+    moves = []
+    for game in read_games(str(sample_pgn)):
+        ply = plies[len(moves) % len(plies)]
+        if len(game.moves) > ply + 1:
+            moves.append([vocab.encode_move(m) for m in game.moves[:ply]])
+        if len(moves) == 32:
+            break
+    ids, lengths = chess_jax.pad_move_ids(moves)
+    state = chess_jax.replay(jnp.asarray(ids), jnp.asarray(lengths))
+    batch, sims = len(moves), 64
+    c = jnp.full(batch, 1.25, jnp.float32)
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def final_policy(k, state):
+        params = tree_search.SearchParams(19652.0, "reduction", 0.0, 32, k)
+        root = _material_eval(state)
+        budgets = jnp.full(batch, sims)
+        tree = tree_search.search(
+            root, _material_expand, budgets, c, num_nodes=sims + 1, params=params
+        )
+        q = jax.vmap(lambda t: selection.completed_q(t, 0, fpu_mode="reduction", fpu=0.0))(tree)
+        legal = selection.legal_from_logits(root.prior_logits)
+        prior = jnp.where(legal, jax.nn.softmax(root.prior_logits, -1), 0.0)
+        visits = tree.children_visits[:, 0]
+        lam = pibar.kl_lambda(c, visits.sum(-1), legal.sum(-1))
+        return pibar.pibar(q, prior, legal, lam), visits
+
+    one, one_visits = jax.device_get(final_policy(1, state))
+    eight, eight_visits = jax.device_get(final_policy(8, state))
+    np.testing.assert_array_equal(eight_visits.sum(-1), sims)
+    two_seeds = float((one * one).sum(-1).mean())
+    across = float((eight * one).sum(-1).mean())
+    assert two_seeds > 0.1  # the searches choose: not a uniform policy
+    assert across >= two_seeds, (across, two_seeds)
