@@ -178,7 +178,22 @@ def fetch_released_allie(
     pinned = sha256.lower() if sha256 else None
     if pinned and not _SHA256.match(pinned):
         raise FetchError(f"--sha256 {sha256!r} is not a sha256 digest (64 hex digits)")
-    meta = hub_metadata(repo_id, filename, repo_type=repo_type, revision=revision, token=token)
+    try:
+        meta = hub_metadata(repo_id, filename, repo_type=repo_type, revision=revision, token=token)
+    except FetchError:
+        # offline (HF_HUB_OFFLINE, no network): a model converted earlier from the same file is
+        # still the answer; without one, the error names the URL
+        done = (
+            _converted(pathlib.Path(os.path.expanduser(os.fspath(output))), pinned)
+            if output
+            else None
+        )
+        if done and (done.get("repo_id"), done.get("filename")) == (repo_id, filename):
+            log(
+                f"the Hub is unreachable; using {output} (converted from sha256 {done['sha256'][:12]}…)"
+            )
+            return pathlib.Path(os.path.expanduser(os.fspath(output)))
+        raise
     if pinned and meta.sha256 and meta.sha256 != pinned:
         raise FetchError(
             f"{meta.url}: the Hub lists sha256 {meta.sha256}, not the pinned {pinned}; "

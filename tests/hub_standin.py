@@ -35,6 +35,7 @@ class StandInHub:
         self.listed = {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}
         self.listed.update(listed_sha256 or {})
         self.cut_first_get_at = cut_first_get_at
+        self.closed = False  # after __exit__: kept-alive connections are dropped, not served
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
         self._lock = threading.Lock()
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -47,6 +48,7 @@ class StandInHub:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.closed = True
         self._server.shutdown()
         self._server.server_close()
 
@@ -60,6 +62,10 @@ class StandInHub:
                 pass
 
             def _lookup(self):
+                if hub.closed:  # a pooled connection outliving the server: drop it
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return None, b""
                 path = urllib.parse.urlparse(self.path).path
                 with hub._lock:
                     hub.requests.append((self.command, path, self.headers.get("Range")))
@@ -95,12 +101,16 @@ class StandInHub:
 
             def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
                 name, data = self._lookup()
+                if hub.closed:
+                    return
                 if data is None:
                     return self._not_found()
                 self._headers(name, data, 200, 0)
 
             def do_GET(self) -> None:  # noqa: N802
                 name, data = self._lookup()
+                if hub.closed:
+                    return
                 if data is None:
                     return self._not_found()
                 start = 0

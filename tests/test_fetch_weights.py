@@ -105,6 +105,10 @@ def test_fetch_converts_and_matches_torch_then_caches(best_pt, hub_env, tmp_path
         assert weights.fetch_released_allie(tmp_path / "allie") == out
         assert [r[0] for r in hub.requests].count("GET") == 1
         assert (out / "released.json").stat().st_mtime_ns == mtime
+    # offline (the Hub gone): the converted model is still found; a new folder is an error
+    assert weights.fetch_released_allie(tmp_path / "allie", sha256=digest) == out
+    with pytest.raises(weights.FetchError, match="resolve/main/medium/best.pt"):
+        weights.fetch_released_allie(tmp_path / "other")
 
 
 def test_an_interrupted_download_resumes_with_a_range(best_pt, hub_env, tmp_path):
