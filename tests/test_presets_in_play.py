@@ -72,7 +72,8 @@ def _uci_move(allie: Allie, preset: str, *options: str) -> tuple[str, UciHandler
         f"setoption name MaxSims value {CHEAP['max_sims']}",
         *(f"setoption name {opt}" for opt in options),
         "position startpos moves e2e4 e7e5",
-        "go wtime 600000 btime 600000",
+        # a long clock: the search compiles on this move (no warm-up) inside its limit
+        "go wtime 60000000 btime 60000000",
     ):
         h.handle(cmd)
     end = time.monotonic() + 600
@@ -85,7 +86,7 @@ def _uci_move(allie: Allie, preset: str, *options: str) -> tuple[str, UciHandler
 
 def _reported_lambda(lines: list[str]) -> float | None:
     """The ``lambda L`` of the move's summary ``info string`` (None when absent)."""
-    (summary,) = [x for x in lines if x.startswith("info string think_time")]
+    (summary,) = [x for x in lines if x.startswith("info string move ") and " path " in x]
     words = summary.split()
     return float(words[words.index("lambda") + 1]) if "lambda" in words else None
 

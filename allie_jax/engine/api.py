@@ -50,7 +50,9 @@ from allie_jax.search.decision import as_jax_key
 
 PRESETS = MODES  # the SearchConfig modes, one name per preset
 _LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512)
-_ENGINE_LENGTHS = (64,)  # fixed shapes: the direct pass pads to 64 tokens or the whole context
+# fixed shapes: the direct pass and the root prior pad to one of these or the whole context (a
+# long game's prior on a 1024-token model must not cost a 1024-token forward on a short clock)
+_ENGINE_LENGTHS = (64, 128, 256)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +159,7 @@ class _Forward:
         return np.asarray(logits)[:n], np.asarray(time)[:n], np.asarray(value)[:n]
 
     def fix_shapes(self) -> None:
-        """Pad to 64 tokens or the whole context only (two shapes per batch size to compile)."""
+        """Pad to ``_ENGINE_LENGTHS`` or the whole context only (a closed set to compile)."""
         self.lengths = tuple(b for b in _ENGINE_LENGTHS if b < self.max_len) + (self.max_len,)
 
 
@@ -215,7 +217,16 @@ class Allie:
         options ``Allie.load`` takes (``fixed_shapes``, ...) pass through."""
         from allie_jax import weights
 
-        names = ("repo_id", "filename", "repo_type", "revision", "cache_dir", "token", "size", "log")
+        names = (
+            "repo_id",
+            "filename",
+            "repo_type",
+            "revision",
+            "cache_dir",
+            "token",
+            "size",
+            "log",
+        )
         fetch = {k: kwargs.pop(k) for k in names if k in kwargs}
         return cls.load(weights.fetch_released_allie(output, sha256=sha256, **fetch), **kwargs)
 
@@ -257,7 +268,9 @@ class Allie:
                 logits, legal, value, np.zeros(batch, bool), as_jax_key(0), config=config
             )
             calls += 2
-        return calls
+        # the root prior's few eager ops (``predict``), so the first move's prior compiles none
+        self.predict([Game(moves=["e2e4"], white_elo=1500, black_elo=1500)] * batch_size)
+        return calls + 1
 
     @property
     def search_stats(self) -> collections.Counter:

@@ -658,7 +658,10 @@ class UciHandler:
         while self.thinking and time.monotonic() < end:
             thread.join(timeout=0.005)
         if self.thinking:
-            self._fallback(go, "stop")
+            if go.prior_ready.is_set() or go.interim is not None:
+                self._fallback(go, "stop")
+            else:  # the prior is still on its way (a load, a compile): keep reading commands
+                threading.Thread(target=self._fallback, args=(go, "stop"), daemon=True).start()
 
     def close(self, timeout: float = 5.0) -> bool:
         """Stop thinking and wait up to ``timeout`` s for the worker threads; True if they ended."""
