@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import chess
 import jax
 import numpy as np
 import pytest
@@ -69,3 +70,40 @@ def test_match_between_two_maia_networks(tmp_path):
     assert all(len(g.board.move_stack) >= 12 or g.result != "*" for g in result.games)
     # Maia plays the argmax: the first game's opening is maia-1100's top move, e2e4
     assert result.games[0].board.move_stack[0].uci() == "e2e4"
+
+
+@pytest.mark.slow  # compiles Maia's search twice (pUCT and Gumbel)
+def test_every_preset_through_the_one_search_and_move_rule():
+    """policy / greedy / search / gumbel: one Searcher, one move rule. Greedy is the argmax of
+    Maia's policy from the host encoder (an independent path); the searches run their budget and
+    never play a move they did not visit."""
+    from allie_jax.baselines.eval_systems import vocab_policy
+    from allie_jax.baselines.lc0_planes import GameEncoder
+    from allie_jax.baselines.maia import MaiaSet
+
+    d = str(maia_dir())
+    games = [Game("e2e4 e7e5 g1f3".split(), 1500, 1500), Game("d2d4 d7d5 c2c4".split(), 1500, 1500)]
+    predictor = MaiaSet(d).predictor(1500)
+    for preset in ("policy", "greedy", "search", "gumbel"):
+        player = MaiaPlayer(MaiaSpec(d, preset, 1500), num_simulations=6, temperature=1.0)
+        decisions = player.play(games, jax.random.key(3))
+        for game, dec in zip(games, decisions, strict=True):
+            enc = GameEncoder(game.moves)
+            pol, _ = predictor(enc.encode(len(game.moves))[None])
+            board = chess.Board()
+            for m in game.moves:
+                board.push_uci(m)
+            ids = np.array([vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves])
+            probs = vocab_policy(pol[0], len(game.moves) % 2 == 1, enc.king_home[len(game.moves)], ids)
+            assert chess.Move.from_uci(dec.move) in board.legal_moves
+            assert sum(dec.policy.values()) == pytest.approx(1.0, abs=1e-3)
+            assert not dec.resigned and dec.note == "maia-1500"
+            if preset == "greedy":
+                assert dec.move == vocab.MOVES[int(np.argmax(probs))] and dec.sims == 0
+            elif preset == "policy":
+                assert dec.sims == 0 and dec.path == "prior"
+                top = vocab.MOVES[int(np.argmax(probs))]
+                assert dec.policy[top] == pytest.approx(probs.max(), abs=1e-3)
+            else:
+                assert dec.sims == 6 and dec.path == "search"
+                assert dec.visits.get(dec.move, 0) > 0  # π̄ / Gumbel never play an unvisited move

@@ -1,7 +1,8 @@
 """Maia as a player (engine side): ``maia:DIR[:preset[:elo]]``.
 
-- ``preset``: ``policy`` (Maia's move, no search), ``search`` (π̄ search, ``maia+search``),
-  ``gumbel`` (``maia+gumbel``); default ``policy``.
+- ``preset``: ``policy`` (Maia's move, no search), ``greedy`` (its most probable move),
+  ``search`` (π̄ search, ``maia+search``), ``gumbel`` (``maia+gumbel``); default ``policy``.
+  The adaptive presets need a think-time prediction, which Maia does not make.
 - ``elo``: which network plays (nearest of the directory's, 1100..1900); ``auto`` or absent: the
   network nearest the opponent's rating when the game has one (Maia* as a player), else 1500.
 
@@ -32,7 +33,9 @@ from allie_jax.player import Decision
 from allie_jax.search.config import SearchConfig
 from allie_jax.search.searcher import Searcher, SearchOutput
 
-PRESETS = {"policy": None, "search": "pibar", "gumbel": "gumbel"}
+# preset -> MaiaSearchConfig mode (None: no tree). ``greedy`` is the argmax of Maia's policy (Maia
+# reads no ratings, so the decoder's greedy Elo conditioning has nothing to change).
+PRESETS = {"policy": None, "greedy": None, "search": "pibar", "gumbel": "gumbel"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +108,13 @@ class MaiaPlayer:
         search = (
             self.config.search_config()
             if self.config is not None
-            else SearchConfig(mode="policy", resign=False)
+            else SearchConfig(mode=spec.preset, resign=False)
         )
+        greedy = spec.preset == "greedy"
         self.search_config = dataclasses.replace(
             search,
             temperature=temperature if temperature > 0 else 1.0,
-            sampling="sample" if temperature > 0 else "argmax",
+            sampling="sample" if temperature > 0 and not greedy else "argmax",
         )
         self._searchers: dict[int, Searcher] = {}
 
