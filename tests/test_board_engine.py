@@ -103,6 +103,28 @@ def test_board_search_builds_the_reference_tree_on_real_positions(board_dir, sam
         assert out.num_sims[i] == 12 and not out.resign[i]
 
 
+@pytest.mark.slow  # compiles the Gumbel search
+def test_board_gumbel_and_policy_modes(board_dir):
+    """The Gumbel preset runs the board model's search (budget, visited move); the policy preset
+    draws from the model's own (reference) distribution with no tree."""
+    allie = Allie.load(board_dir)
+    game = Game(moves="e2e4 c7c5 g1f3".split(), white_elo=1500, black_elo=1700)
+    board = chess.Board()
+    for m in game.moves:
+        board.push_uci(m)
+    out = BoardSearcher(allie.model, SearchConfig.preset("gumbel", mean_sims=8)).run([game], 2)
+    assert out.num_sims[0] == 8 and out.visit_counts[0].sum() == 8
+    assert out.visit_counts[0, out.move_id[0]] > 0 and not out.resign[0]
+    assert chess.Move.from_uci(out.move[0]) in board.legal_moves
+    probs, _ = _reference(allie.model, board, game)
+    policy = BoardSearcher(allie.model, SearchConfig.preset("policy")).run([game], 2)
+    legal = [vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves]
+    np.testing.assert_allclose(
+        policy.policy[0][legal], probs[legal] / probs[legal].sum(), rtol=1e-4
+    )
+    assert policy.num_sims[0] == 0
+
+
 def test_board_search_refuses_adaptive_modes(board_dir):
     allie = Allie.load(board_dir)
     with pytest.raises(ValueError, match="think time"):
