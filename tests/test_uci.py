@@ -477,3 +477,41 @@ def test_uciok_comes_before_the_loader_runs(tmp_path):
     assert "uciok" in lines and "readyok" in lines
     error = next(i for i, line in enumerate(lines) if "error loading the model" in line)
     assert lines.index("uciok") < error < lines.index("readyok")
+
+
+def test_unread_fen_goes_to_the_board_model():
+    """No history for the FEN and a board-reading ``fen_model``: that model decides (and its
+    prior is the fallback), said once."""
+    from allie_jax.engine.api import Allie
+
+    allie = Allie(AllieModel(ModelConfig.named("tiny"), rngs=nnx.Rngs(0)))
+    reader = PeakedAllie()
+    allie.fen_model = reader
+    h, lines = make_handler(allie)
+    fen = "8/8/8/8/8/4k3/8/4K2R w K - 0 1"
+    for moves in ("", " moves e1g1 e3d3"):
+        h.handle(f"position fen {fen}{moves}")
+        h.handle("go movetime 60000")
+        end = time.monotonic() + 120
+        while h.thinking:
+            assert time.monotonic() < end
+            time.sleep(0.01)
+    assert h.close()
+    board = chess.Board(fen)
+    assert [line for line in lines if line.startswith("bestmove")][0] == (
+        f"bestmove {sorted(m.uci() for m in board.legal_moves)[0]}"  # the reader's choice
+    )
+    said = [line for line in lines if line.startswith("info string no history")]
+    assert len(said) == 1 and "board model" in said[0]
+    assert [c[1] for c in reader.calls] == [fen, fen] and h.path_counts == {"prior": 2}
+
+
+def test_bad_fen_model_is_one_clear_error(capsys, tmp_path):
+    from launch.uci import main
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    for spec, words in (("lc0:x", "expected maia:DIR"), ("maia:/no/such/dir", "/no/such/dir")):
+        with pytest.raises(SystemExit) as exc:
+            main(["--checkpoint", str(ckpt), "--fen_model", spec])
+        assert exc.value.code == 2 and words in capsys.readouterr().err

@@ -776,7 +776,10 @@ class UciHandler:
                 if not self._current(go):
                     return  # answered meanwhile (stop, time limit): nothing left to do
                 try:
-                    go.prior = root_prior(allie, game, fen)
+                    # an unread FEN with a board model: that model's prior is the fallback
+                    reader = getattr(allie, "fen_model", None) if fen is not None else None
+                    reads = getattr(allie, "reads_boards", True)
+                    go.prior = root_prior(allie if reads or reader is None else reader, game, fen)
                 finally:
                     go.prior_ready.set()
                 decision, extra = self._decide(allie, go, game, fen)
