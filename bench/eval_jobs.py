@@ -4,7 +4,7 @@
     python bench/eval_jobs.py speed      # positions/s of policy and adaptive (tiny model)
     python bench/eval_jobs.py rebuild    # --report_only on the records of the full sample
     python bench/eval_jobs.py shards     # 2 shards merged vs 1 shard, full sample
-    python bench/eval_jobs.py bytes      # input bytes each of 4 tasks reads (byte-offset index)
+    python bench/eval_jobs.py bytes [--bytes_games 400]  # input bytes each of 4 tasks reads
     python bench/eval_jobs.py pikl --maia_dir /work/shared/models/maia1 --workdir OUT \
         [--pikl_games 200] [--pikl_positions 400] [--lambdas 0.03,0.1,0.3,1]
                                          # piKL's chess table: OUT/pikl.md and OUT/pikl.png
@@ -167,7 +167,7 @@ def shards(tmp: pathlib.Path, ckpt: str) -> None:
          loadavg_before=before, loadavg_after=loadavg())  # fmt: skip
 
 
-def task_bytes(tmp: pathlib.Path, ckpt: str) -> None:
+def task_bytes(tmp: pathlib.Path, ckpt: str, games_n: int = 400) -> None:
     """4 tasks of one job (JOB_COMPLETION_INDEX 0..3, one after another) on the arenas file
     decompressed to a plain .pgn: the input bytes each read (the index builder reads the whole
     file once; the others read the index and their own games), against streaming
@@ -188,7 +188,7 @@ def task_bytes(tmp: pathlib.Path, ckpt: str) -> None:
             try:
                 _, _, cmd = evaluate(
                     [f"--checkpoint={ckpt}", f"--games={games}", f"--output={out}",
-                     "--systems=policy", "--max_games=400",
+                     "--systems=policy", f"--max_games={games_n}",
                      "--num_shards=4", "--random_games=0", *extra]
                 )  # fmt: skip
             finally:
@@ -205,7 +205,7 @@ def task_bytes(tmp: pathlib.Path, ckpt: str) -> None:
                 if got
                 else {"whole_input_passes": 1, "bytes": size}
             )
-        emit(figure="task_input_bytes", mode=mode, input_bytes=size, max_games=400,
+        emit(figure="task_input_bytes", mode=mode, input_bytes=size, max_games=games_n,
              per_task=per_task, commands=cmds, loadavg_before=before,
              loadavg_after=loadavg())  # fmt: skip
 
@@ -244,6 +244,7 @@ def main() -> None:
     parser.add_argument(
         "figure", choices=["rss", "speed", "rebuild", "shards", "bytes", "pikl", "all"]
     )
+    parser.add_argument("--bytes_games", type=int, default=400, help="bytes: games read")
     parser.add_argument("--maia_dir", default=str(REPO.parent / "shared" / "models" / "maia1"))
     parser.add_argument("--lambdas", default="0.03,0.1,0.3,1", help="pikl: the λ sweep")
     parser.add_argument("--pikl_games", type=int, default=200, help="pikl: games read")
@@ -257,7 +258,7 @@ def main() -> None:
         return
     ckpt = checkpoint(tmp)
     figures = {"rss": rss, "speed": speed, "rebuild": rebuild, "shards": shards,
-               "bytes": task_bytes}  # fmt: skip
+               "bytes": lambda t, c: task_bytes(t, c, args.bytes_games)}  # fmt: skip
     for name, run in figures.items():
         if args.figure in (name, "all"):
             run(tmp, ckpt)
