@@ -265,10 +265,20 @@ def find_history(
         result = History(norm, None, f"not a legal position ({board.status()!r})")
     else:
         target = _Target(board)
-        # first only the moves that look on the way (a narrow tree), then every move
-        result = _search(target, max_plies, max_nodes, 0.4 * time_limit_s, strict=True)
-        if not result.found:
-            result = _search(target, max_plies, max_nodes, 0.6 * time_limit_s, strict=False)
+        # The FEN's move number says how many plies the game took to get here: a history of
+        # exactly that length exists (if the counters are right), and the bound prunes hard.
+        plies = 2 * (board.fullmove_number - 1) + (board.turn == chess.BLACK)
+        bounds = [plies] if 0 < plies < max_plies else []
+        bounds.append(max_plies)
+        result = History(norm, None, "", 0)
+        share = time_limit_s / (2 * len(bounds))
+        for bound in bounds:  # first only the moves that look on the way, then every move
+            for strict in (True, False):
+                result = _search(target, bound, max_nodes, share, strict=strict)
+                if result.found:
+                    break
+            if result.found:
+                break
     if not result.timed_out:
         with _LOCK:  # a timeout is not cached: a quieter moment may find it
             _CACHE[norm] = result
