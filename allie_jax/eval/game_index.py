@@ -73,6 +73,22 @@ def _game_texts(f) -> Iterator[tuple[int, bytes]]:
         yield start, b"".join(buf)
 
 
+PROBE = 1 << 16  # bytes hashed at each end of the file to tell that an index is still its own
+
+
+def probe(path) -> dict:
+    """The file's size and a hash of its first and last 64 KiB: cheap to recompute, so a task can
+    tell that an existing index was built from this file without reading all of it."""
+    p = epath.Path(path)
+    with p.open("rb") as f:
+        head = f.read(PROBE)
+        f.seek(0, io.SEEK_END)
+        size = f.tell()
+        f.seek(max(size - PROBE, 0))
+        tail = f.read(PROBE)
+    return {"size": size, "ends": hashlib.sha256(head + b"\0" + tail).hexdigest()}
+
+
 def _parse_one(data: bytes, stats: ParseStats) -> Game | None:
     games = list(read_games(io.StringIO(data.decode("utf-8", errors="replace")), stats=stats))
     return games[0] if len(games) == 1 else None
@@ -152,6 +168,7 @@ def build(path, max_games: int, specs: Sequence[SubsampleSpec], seed: int) -> Ga
         "seed": seed,
         "parse": {"games_read": stats.games_read, "dropped": dict(stats.dropped)},
         "selections": selections,
+        "probe": probe(path),
     }
     return GameIndex(np.array(offsets, np.int64), np.array(lengths, np.int64), ids, meta)
 
@@ -228,6 +245,13 @@ def shared_index(
             lock.release()
     index, n = load(where)
     m = index.meta
+    here = probe(path)
+    n += min(here["size"], 2 * PROBE)  # the probe's reads count as this task's input bytes
+    if m.get("probe") != here:
+        raise RecordsError(
+            f"{where} indexes another games_file than {path} (its size or content differs); "
+            "use a new --records directory (or --index_dir)"
+        )
     if m.get("max_games") != max_games or m.get("seed") != seed:
         raise RecordsError(
             f"{where} indexes another job (max_games {m.get('max_games')}, seed {m.get('seed')}); "
