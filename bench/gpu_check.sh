@@ -6,10 +6,12 @@
 # tokens/s, MFU and peak device memory at 131,072 tokens per step (256 x 512, allie_medium's
 # defaults: one micro-batch, remat full; `launch.compile_check --topology h200-1` says it fits) through
 # the real pipeline (sample shards -> grain workers -> DeviceFeed -> step), beside the pipeline and
-# the step alone; search sims/s for allie_medium at batch 256 (bench/search.py).
+# the step alone; search sims/s for allie_medium in $DTYPE (bench/search.py) at batch 1, the way
+# one person plays, with LEAF_BATCHES leaves per game per step (SearchConfig.leaf_batch, default
+# 1 8 32), and at batch 256 (one leaf per game).
 # Dry run on a CPU with small sizes:
 #   SIZE=tiny BATCH=8 ACCUM=1 STEPS=1 ROUNDS=1 WORKERS=0 SEARCH_SIZE=tiny SEARCH_BATCH=4 \
-#     DTYPE=float32 bash bench/gpu_check.sh
+#     DTYPE=float32 LEAF_BATCHES="1 4" bash bench/gpu_check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
@@ -23,6 +25,7 @@ WORKERS=${WORKERS:-8}
 DTYPE=${DTYPE:-bfloat16}
 SEARCH_SIZE=${SEARCH_SIZE:-allie_medium}
 SEARCH_BATCH=${SEARCH_BATCH:-256}
+LEAF_BATCHES=${LEAF_BATCHES:-1 8 32}
 ATTENTION=${ATTENTION:-auto}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 start=$(date +%s)
@@ -44,9 +47,16 @@ timeout 330 $PY bench/train.py --sizes "$SIZE" --dtype "$DTYPE" --batch "$BATCH"
   --pipeline_batches 8 --attention_impl "$ATTENTION" --remat "$REMAT" \
   || echo "training bench failed or timed out (status $?)"
 
-step "search: $SEARCH_SIZE at batch $SEARCH_BATCH"
+step "search: $SEARCH_SIZE $DTYPE at batch 1, leaf_batch $LEAF_BATCHES"
+# shellcheck disable=SC2086  # LEAF_BATCHES is a list of numbers
+timeout 200 $PY bench/search.py --sizes "$SEARCH_SIZE" --batches "$SEARCH_SIZE=1" \
+  --leaf-batches $LEAF_BATCHES --dtype "$DTYPE" --plies 30 --presets search --rounds 3 \
+  --baseline-games 1 \
+  || echo "search bench failed or timed out (status $?)"
+
+step "search: $SEARCH_SIZE $DTYPE at batch $SEARCH_BATCH"
 timeout 150 $PY bench/search.py --sizes "$SEARCH_SIZE" --batches "$SEARCH_SIZE=$SEARCH_BATCH" \
-  --plies 30 --presets search --rounds 1 --baseline-games 1 \
+  --dtype "$DTYPE" --plies 30 --presets search --rounds 1 --baseline-games 1 \
   || echo "search bench failed or timed out (status $?)"
 
 step "done"

@@ -14,11 +14,14 @@ to ours by ``convert_released_allie``.
 Interleaved rounds: released MCTS on one position (``--sims`` simulations; a different position per
 round), then ours on a batch of B positions at the same ply (``Searcher``, preset ``search`` with
 the same simulations, cold cache: prefill included; ``--presets`` adds ``adaptive`` / ``gumbel``
-with mean ``--sims``). The ratio of each round is ours sims/s over
+with mean ``--sims``; ``--leaf-batches`` runs each with those ``leaf_batch`` values, K leaves of
+each game evaluated per model call). The ratio of each round is ours sims/s over
 the released sims/s; the median and min-max are reported, with the load average.
 
     git -C /work/.mirror/y0mingzhang+allie/repo archive HEAD | tar -x -C /tmp/allie_released
     python bench/released_search.py --released /tmp/allie_released --size small --plies 30 60
+    python bench/released_search.py --released /tmp/allie_released --size allie_124m \
+        --batches 1 --presets search,adaptive --leaf-batches 1 8
 """
 
 from __future__ import annotations
@@ -90,6 +93,13 @@ def main() -> None:
     p.add_argument("--sims", type=int, default=50)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument(
+        "--leaf-batches",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="SearchConfig.leaf_batch values of ours (leaves per game per model call)",
+    )
+    p.add_argument(
         "--presets",
         default="search",
         help="comma-separated presets of ours (mean_sims = --sims), each against the same rounds",
@@ -118,8 +128,8 @@ def main() -> None:
         f"{args.rounds} interleaved rounds"
     )
     print(
-        f"{'ply':>4} {'preset':>9} {'B':>4} {'released s/s':>12} {'ours s/s':>9} {'ratio':>6} "
-        f"{'(min-max)':>11} {'load':>9}"
+        f"{'ply':>4} {'preset':>9} {'B':>4} {'K':>3} {'released s/s':>12} {'ours s/s':>9} "
+        f"{'ratio':>6} {'(min-max)':>11} {'load':>9}"
     )
     for ply in args.plies:
         load_start = load1()
@@ -127,10 +137,12 @@ def main() -> None:
         runs = {}
         for preset in args.presets.split(","):
             for b in args.batches:
-                games, _ = bench_search.positions(ply, b)
-                searcher = Searcher(ours_model, SearchConfig.preset(preset, mean_sims=args.sims))
-                searcher.run(games, 0)  # compile (not timed)
-                runs[preset, b] = (searcher, games, [])
+                for k in args.leaf_batches:
+                    games, _ = bench_search.positions(ply, b)
+                    config = SearchConfig.preset(preset, mean_sims=args.sims, leaf_batch=k)
+                    searcher = Searcher(ours_model, config)
+                    searcher.run(games, 0)  # compile (not timed)
+                    runs[preset, b, k] = (searcher, games, [])
         released_rates = []
         with torch.inference_mode():
             for r in range(args.rounds):
@@ -153,10 +165,11 @@ def main() -> None:
                     out = searcher.run(games, r + 1)
                     rates.append(int(out.num_sims.sum()) / (time.perf_counter() - t))
         base = np.array(released_rates)
-        for (preset, b), (_, _, rates) in runs.items():
+        for (preset, b, k), (_, _, rates) in runs.items():
             ratio = np.array(rates) / base
             print(
-                f"{ply:>4} {preset:>9} {b:>4} {np.median(base):>12.1f} {np.median(rates):>9.1f} "
+                f"{ply:>4} {preset:>9} {b:>4} {k:>3} {np.median(base):>12.1f} "
+                f"{np.median(rates):>9.1f} "
                 f"{np.median(ratio):>5.1f}x {f'{ratio.min():.1f}-{ratio.max():.1f}':>11} "
                 f"{load_start:>4.1f}-{load1():<4.1f}",
                 flush=True,

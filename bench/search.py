@@ -22,6 +22,16 @@ any ``ModelConfig.named`` name works too (random init: speed does not depend on 
 but the adaptive budgets come from the random time head). Gumbel presets are compared with the
 same pUCT baseline (both count simulations; a Gumbel simulation costs the same model work).
 
+Agreement (``--agreement``): does a search with K leaves per step (``leaf_batch``) choose the
+moves a one-leaf search of the same budget chooses? On ``--positions`` real positions (sample
+games cut at plies 10..60), preset ``search`` with ``--mean-sims`` simulations: the move drawn
+by a K = 1 search with seed 1 against one drawn by a K = 1 search with seed 2 (the same tree,
+two draws from its final policy: the agreement a seed alone allows), and against one drawn by
+the K search with seed 3; also the exact expectations sum(pi_1 * pi_1) and sum(pi_1 * pi_K) and
+how often the most probable moves agree, with the K search's speed-up at that batch::
+
+    .venv/bin/python bench/search.py --agreement demo_out/workdir --leaf-batches 4 8 16
+
 Positions: the sample games (``data/sample``) cut at the given ply; only 33 sample games reach
 ply 151, so a batch larger than the number of distinct positions repeats them (as different
 games: nothing is shared between rows). sims/s counts real simulations (the sum of budgets).
@@ -186,6 +196,65 @@ def _batches(spec: list[str], sizes: list[str]) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def agreement_positions(count: int) -> list:
+    """``count`` real positions: sample games cut at plies 10, 12, ..., 60 in turn."""
+    games = []
+    plies = range(10, 61, 2)
+    for path in SAMPLES:
+        for game in read_games(str(path)):
+            ply = plies[len(games) % len(plies)]
+            if len(game.moves) > ply + 1:
+                cut = dataclasses.replace(
+                    game, moves=game.moves[:ply], game_id=f"agree-{len(games)}"
+                )
+                games.append(cut)
+            if len(games) == count:
+                return games
+    return games
+
+
+def agreement(model, games: list, leaf_batches: list[int], sims: int, draws: int = 64) -> None:
+    """Print the agreement of K-leaf searches with one-leaf searches (module docstring).
+
+    The engine draws its move from the final policy (``SearchOutput.policy``); ``draws`` moves
+    per search are drawn from it here with the search's seed, so the rates are smooth.
+    """
+
+    def run(k: int, seed: int):
+        searcher = Searcher(model, SearchConfig(mode="search", mean_sims=sims, leaf_batch=k))
+        searcher.run(games, 0)  # compile (not timed)
+        searcher.forget()
+        t = time.perf_counter()
+        out = searcher.run(games, seed)
+        rate = int(out.num_sims.sum()) / (time.perf_counter() - t)
+        rng = np.random.default_rng(seed)
+        policy = out.policy.astype(np.float64)
+        policy /= policy.sum(-1, keepdims=True)
+        moves = np.stack([rng.choice(len(p), size=draws, p=p) for p in policy])
+        return out.policy, moves, rate
+
+    base_policy, base_moves, base_rate = run(1, 1)
+    _, other_moves, _ = run(1, 2)
+    same = float((base_moves == other_moves).mean())
+    expected = float((base_policy * base_policy).sum(-1).mean())
+    top = base_policy.argmax(-1)
+    print(
+        f"{len(games)} positions, {sims} sims, {draws} draws per search; load {load1():.1f}\n"
+        f"{'K':>3} {'drawn=K1':>9} {'E[agree]':>9} {'top=K1':>7} {'sims/s':>8} {'speed-up':>8}\n"
+        f"{1:>3} {same:>9.3f} {expected:>9.3f} {1.0:>7.3f} {base_rate:>8.1f} {1.0:>7.2f}x",
+        flush=True,
+    )
+    for k in leaf_batches:
+        policy, moves, rate = run(k, 3)
+        print(
+            f"{k:>3} {float((moves == base_moves).mean()):>9.3f} "
+            f"{float((policy * base_policy).sum(-1).mean()):>9.3f} "
+            f"{float((policy.argmax(-1) == top).mean()):>7.3f} {rate:>8.1f} "
+            f"{rate / base_rate:>7.2f}x",
+            flush=True,
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--sizes", default="small", help="comma-separated model sizes")
@@ -207,7 +276,33 @@ def main() -> None:
     p.add_argument("--mean-sims", type=int, default=50)
     p.add_argument("--rounds", type=int, default=5, help="ABAB rounds (at least 5 for a figure)")
     p.add_argument("--baseline-games", type=int, default=5, help="positions the baseline cycles")
+    p.add_argument(
+        "--agreement",
+        metavar="MODEL",
+        help="a checkpoint (workdir or model dir) or a size: print the leaf_batch agreement only",
+    )
+    p.add_argument(
+        "--leaf-batches",
+        type=int,
+        nargs="+",
+        default=None,
+        help="leaf_batch values K of ours (each a row; default 1), or those compared with K = 1 "
+        "by --agreement (default 8)",
+    )
+    p.add_argument("--dtype", default="float32", help="compute dtype of ours and the baseline")
+    p.add_argument("--positions", type=int, default=64, help="positions for --agreement")
     args = p.parse_args()
+    if args.agreement:
+        if pathlib.Path(args.agreement).exists():
+            from allie_jax.model.checkpoint import load_model
+
+            model = load_model(args.agreement, dropout=0.0)
+        else:
+            model = AllieModel(model_config(args.agreement), rngs=nnx.Rngs(0))
+        games = agreement_positions(args.positions)
+        agreement(model, games, args.leaf_batches or [8], args.mean_sims)
+        return
+    leaf_batches = args.leaf_batches or [1]
     sizes = args.sizes.split(",")
     batches = _batches(args.batches, sizes)
     if args.plies:
@@ -217,17 +312,18 @@ def main() -> None:
 
     print(
         f"{jax.devices()[0].device_kind}, {platform.machine()}, {jax.device_count()} device(s), "
-        f"{os.cpu_count()} cpus, float32, {args.mean_sims} sims (search, gumbel) / mean "
+        f"{os.cpu_count()} cpus, {args.dtype}, {args.mean_sims} sims (search, gumbel) / mean "
         f"{args.mean_sims} (adaptive), {args.rounds} interleaved rounds, load {load1():.1f}, "
         f"host malloc {'kept (allie_jax.host_memory)' if HOST_MALLOC else 'glibc default'}"
     )
     header = (
-        f"{'size':>10} {'preset':>15} {'ply':>4} {'B':>4} {'sims/s':>8} {'moves/s':>8} "
+        f"{'size':>10} {'preset':>15} {'ply':>4} {'B':>4} {'K':>3} {'sims/s':>8} {'moves/s':>8} "
         f"{'sims/mv':>7} {'base s/s':>8} {'ratio':>6} {'(min-max)':>12} {'tok/sim':>7} "
         f"{'base tok':>8} {'load':>9}"
     )
     for size in sizes:
-        model = AllieModel(model_config(size), rngs=nnx.Rngs(0))
+        config = dataclasses.replace(model_config(size), dtype=args.dtype)
+        model = AllieModel(config, rngs=nnx.Rngs(0))
         print(f"\nmodel {size} (random init)\n{header}", flush=True)
         for ply in plies[size]:
             load_start = load1()
@@ -235,10 +331,11 @@ def main() -> None:
             baseline = Baseline(model, base_games, args.mean_sims)
             runs = {}
             for preset in args.presets:
-                cfg = SearchConfig(mode=preset, mean_sims=args.mean_sims)
                 for b in batches[size]:
-                    games, distinct = positions(ply, b)
-                    runs[preset, b] = (Ours(model, cfg, games), distinct)
+                    for k in leaf_batches:
+                        cfg = SearchConfig(mode=preset, mean_sims=args.mean_sims, leaf_batch=k)
+                        games, distinct = positions(ply, b)
+                        runs[preset, b, k] = (Ours(model, cfg, games), distinct)
             for r in range(args.rounds):
                 baseline.round(r)
                 for ours, _ in runs.values():
@@ -247,18 +344,18 @@ def main() -> None:
             base = np.array(baseline.rates)
             base_tok = baseline.tokens / max(baseline.evals, 1)
             print(
-                f"{size:>10} {'baseline':>15} {ply:>4} {1:>4} {np.median(base):>8.1f} "
+                f"{size:>10} {'baseline':>15} {ply:>4} {1:>4} {1:>3} {np.median(base):>8.1f} "
                 f"{np.median(base) / args.mean_sims:>8.3f} {args.mean_sims:>7} {'':>8} {'':>6} "
                 f"{f'{base.min():.0f}-{base.max():.0f}':>12} {'':>7} {base_tok:>8.1f} "
                 f"{load_start:>4.1f}-{load_end:<4.1f}",
                 flush=True,
             )
-            for (preset, b), (ours, distinct) in runs.items():
+            for (preset, b, k), (ours, distinct) in runs.items():
                 rates = np.array(ours.rates)
                 ratios = rates / base
                 note = "" if distinct == b else f"  ({distinct} distinct positions)"
                 print(
-                    f"{size:>10} {preset:>15} {ply:>4} {b:>4} {np.median(rates):>8.1f} "
+                    f"{size:>10} {preset:>15} {ply:>4} {b:>4} {k:>3} {np.median(rates):>8.1f} "
                     f"{np.median(rates) * len(ours.games) / max(ours.sims, 1):>8.2f} "
                     f"{ours.sims / len(ours.games):>7.1f} {np.median(base):>8.1f} "
                     f"{np.median(ratios):>5.1f}x {f'{ratios.min():.1f}-{ratios.max():.1f}':>12} "

@@ -9,6 +9,7 @@ check that no longer runs. A ``sitecustomize`` refuses those imports in the chil
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -46,6 +47,7 @@ def test_gpu_check_dry_run_needs_only_the_core_install(tmp_path):
         SEARCH_SIZE="tiny",
         SEARCH_BATCH="4",
         DTYPE="float32",
+        LEAF_BATCHES="1 4",
     )
     proc = subprocess.run(
         ["bash", "bench/gpu_check.sh"],
@@ -61,3 +63,6 @@ def test_gpu_check_dry_run_needs_only_the_core_install(tmp_path):
     assert "attention kernel xla" in out
     assert "MFU" in out and "tok/s" in out, out[-3000:]
     assert "failed or timed out" not in out, out[-3000:]
+    # the search rows: batch 1 with one and four leaves per step, and the batch of SEARCH_BATCH
+    for b, k in ((1, 1), (1, 4), (4, 1)):
+        assert re.search(rf"tiny\s+search\s+30\s+{b}\s+{k}\s+\d", out), (b, k, out[-3000:])
