@@ -49,3 +49,15 @@ def test_every_field_matches_python_chess(positions):
         assert got.dtype == ref[key].dtype, key
         bad = np.flatnonzero((got != ref[key]).reshape(len(got), -1).any(-1))
         assert not len(bad), f"{key}: {len(bad)} of {len(got)} positions differ, first {bad[:5]}"
+
+
+@pytest.mark.slow  # compiles the rules again
+def test_child_repetitions_over_every_move_matches(positions, monkeypatch):
+    """A batch with a position of more quiet moves than the compact pass takes re-keys every
+    move: forced here by a compact size of 2, the counts are python-chess's again."""
+    from allie_jax.chess_jax import rules
+
+    state, ref = positions
+    monkeypatch.setattr(rules, "_COMPACT_MOVES", 2)
+    got = jax.jit(rules.child_repetitions.__wrapped__)(state, chess_jax.legal_mask(state))
+    np.testing.assert_array_equal(np.asarray(got, np.int8), ref["move_info"])

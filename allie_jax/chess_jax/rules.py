@@ -315,18 +315,24 @@ def _quiet_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 _CHILD_FROM, _CHILD_TO, _TWO_FILES = (jnp.asarray(x) for x in _quiet_tables())
 
 
-def _child_repetitions_one(s: ChessState, mask: jax.Array) -> jax.Array:
-    """int32 [1968]: earlier occurrences of the position each legal move leads to (−1 illegal).
+def _quiet(s: ChessState, mask: jax.Array) -> jax.Array:
+    """bool [1968]: legal moves that can lead back to an earlier position (see below)."""
+    piece = s.board[_MOVE_FROM[s.color]].astype(jnp.int32)
+    flipped_to = -jnp.flip(s.board.reshape(8, 8), axis=1).reshape(64)[_CHILD_TO[s.color]]
+    quiet = mask & (piece != PAWN) & (flipped_to == EMPTY) & ~((piece == KING) & _TWO_FILES)
+    return quiet & (s.halfmove >= 3)
 
-    Only a quiet move (no pawn, no capture, no castling) can lead back to an earlier position:
-    the others are irreversible or change the castling rights. Its key is the current one
-    re-keyed incrementally in the new side's frame (the piece leaves ``from`` for ``to``, the
-    side flips, the en passant square goes), compared with the keys since the last capture or
-    pawn move.
+
+def _child_counts_one(s: ChessState, moves: jax.Array) -> jax.Array:
+    """int32 [M]: earlier occurrences (capped at 2) of the position after each of ``moves``
+    (quiet moves: see ``child_repetitions``).
+
+    The key is the current one re-keyed incrementally in the new side's frame (the piece leaves
+    ``from`` for ``to``, the side flips, the en passant square goes), compared with the keys since
+    the last capture or pawn move.
     """
     color = s.color
-    frm_cur = _MOVE_FROM[color]
-    piece = s.board[frm_cur].astype(jnp.int32)  # the mover's piece (positive) for legal moves
+    piece = s.board[_MOVE_FROM[color][moves]].astype(jnp.int32)  # the mover's (positive) piece
     flipped = -jnp.flip(s.board.reshape(8, 8), axis=1).reshape(64).astype(jnp.int32)
     base = jax.lax.reduce(
         _Z_BOARD[jnp.arange(64), flipped + 6], jnp.uint32(0), jax.lax.bitwise_xor, (0,)
@@ -335,26 +341,57 @@ def _child_repetitions_one(s: ChessState, mask: jax.Array) -> jax.Array:
     castle = jnp.where(s.castling[::-1].reshape(4, 1), _Z_CASTLING, jnp.uint32(0))
     base ^= jax.lax.reduce(castle, jnp.uint32(0), jax.lax.bitwise_xor, (0,))
     base ^= _Z_EP[64]
-    f, t = _CHILD_FROM[color], _CHILD_TO[color]
+    f, t = _CHILD_FROM[color][moves], _CHILD_TO[color][moves]
     theirs = 6 - piece  # the piece as the new side sees it (−piece), offset by 6 as in the key
     key = base[None] ^ _Z_BOARD[f, theirs] ^ _Z_BOARD[f, 6] ^ _Z_BOARD[t, 6] ^ _Z_BOARD[t, theirs]
-    target = flipped[t]
-    quiet = mask & (piece != PAWN) & (target == EMPTY) & ~((piece == KING) & _TWO_FILES)
     slots = jnp.arange(HISTORY)
     age = (s.ply - slots) % HISTORY
     window = (age >= 1) & (age <= s.halfmove) & (age <= s.ply)
     same = (key[:, None, :] == s.keys[None]).all(-1) & window[None]
-    count = jnp.minimum(same.sum(-1), 2)
-    return jnp.where(mask, jnp.where(quiet & (s.halfmove >= 3), count, 0), -1).astype(jnp.int32)
+    return jnp.minimum(same.sum(-1), 2).astype(jnp.int32)
+
+
+# Quiet legal moves a position is checked for in the compact pass (a batch where some position
+# has more takes the pass over every move): real positions have 20-40.
+_COMPACT_MOVES = 64
 
 
 @jax.jit
 def child_repetitions(state: ChessState, mask: jax.Array | None = None) -> jax.Array:
     """int32 [B, 1968]: per legal move, earlier occurrences (capped at 2) of the position it
-    leads to; −1 for illegal moves (the board model's ``move_info``)."""
+    leads to; −1 for illegal moves (the board model's ``move_info``).
+
+    Only a quiet move (no pawn, no capture, no castling) with at least 3 plies since the last
+    capture or pawn move can lead back to an earlier position: the others are irreversible or
+    change the castling rights. Those are re-keyed: the first ``_COMPACT_MOVES`` of each
+    position, or every move when some position of the batch has more, none when no position has
+    any.
+    """
     if mask is None:
         mask = legal_mask(state)
-    return jax.vmap(_child_repetitions_one)(state, mask)
+    quiet = jax.vmap(_quiet)(state, mask)
+    base = jnp.where(mask, 0, -1).astype(jnp.int32)
+
+    def none():
+        return base
+
+    def compact():
+        def one(s, q, row):
+            moves = jnp.nonzero(q, size=_COMPACT_MOVES, fill_value=0)[0].astype(jnp.int32)
+            real = jnp.arange(_COMPACT_MOVES) < q.sum()
+            cols = jnp.where(real, moves, vocab.NUM_MOVES)  # padding writes are dropped
+            return row.at[cols].set(_child_counts_one(s, moves), mode="drop")
+
+        return jax.vmap(one)(state, quiet, base)
+
+    def full():
+        moves = jnp.arange(vocab.NUM_MOVES, dtype=jnp.int32)
+        counts = jax.vmap(_child_counts_one, in_axes=(0, None))(state, moves)
+        return jnp.where(quiet, counts, base)
+
+    most = quiet.sum(-1).max()
+    branch = jnp.where(most == 0, 0, jnp.where(most <= _COMPACT_MOVES, 1, 2))
+    return jax.lax.switch(branch, [none, compact, full])
 
 
 @jax.jit
@@ -366,5 +403,12 @@ def repetitions(state: ChessState) -> jax.Array:
 
 @jax.jit
 def legal_en_passant(state: ChessState) -> jax.Array:
-    """bool [B]: the side to move has a legal en passant capture (python-chess keys ep on it)."""
-    return jax.vmap(lambda s: _has_legal_en_passant(_pgx_state(s)))(state)
+    """bool [B]: the side to move has a legal en passant capture (python-chess keys ep on it).
+
+    Checked only when some position of the batch has an en passant square (after a double
+    pawn push): the check plays both candidate captures."""
+    return jax.lax.cond(
+        (state.en_passant >= 0).any(),
+        lambda: jax.vmap(lambda s: _has_legal_en_passant(_pgx_state(s)))(state),
+        lambda: jnp.zeros(state.color.shape, bool),
+    )
