@@ -89,15 +89,12 @@ class MaiaPlayer:
     ):
         if spec.preset not in PRESETS:
             raise ValueError(f"maia preset {spec.preset!r}: expected one of {sorted(PRESETS)}")
-        if temperature < 0:
-            raise ValueError(f"temperature={temperature} must not be negative")
         self.spec = spec
         self.maia = MaiaSet(spec.maia_dir)
         if spec.elo is not None:
             self.maia.predictor(
                 nearest_rating(spec.elo, self.maia.ratings)
             )  # fail early on a bad dir
-        self.temperature = temperature
         self.batch_size = batch_size
         mode = PRESETS[spec.preset]
         self.config = (
@@ -105,18 +102,32 @@ class MaiaPlayer:
             if mode
             else None
         )
-        search = (
+        self._base_config = (
             self.config.search_config()
             if self.config is not None
             else SearchConfig(mode=spec.preset, resign=False)
         )
-        greedy = spec.preset == "greedy"
-        self.search_config = dataclasses.replace(
-            search,
-            temperature=temperature if temperature > 0 else 1.0,
-            sampling="sample" if temperature > 0 and not greedy else "argmax",
-        )
         self._searchers: dict[int, Searcher] = {}
+        self.temperature = temperature
+
+    @property
+    def temperature(self) -> float:
+        return self._temperature
+
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        """0: the argmax; T > 0: a draw from the final policy (the budget-0 policy at T)."""
+        if value < 0:
+            raise ValueError(f"temperature={value} must not be negative")
+        self._temperature = float(value)
+        greedy = self.spec.preset == "greedy"
+        self.search_config = dataclasses.replace(
+            self._base_config,
+            temperature=value if value > 0 else 1.0,
+            sampling="sample" if value > 0 and not greedy else "argmax",
+        )
+        for searcher in self._searchers.values():
+            searcher.config = self.search_config
 
     def rating_for(self, game: Game) -> int:
         if self.spec.elo is not None:
