@@ -221,6 +221,11 @@ def maia_searcher(net: MaiaNet, config: SearchConfig, *, fixed_shapes: bool = Fa
             f"mode {config.mode!r} sets each budget from a predicted think time, which Maia "
             "does not have: use search or gumbel"
         )
+    if config.leaf_batch != 1:
+        raise ValueError(
+            f"leaf_batch={config.leaf_batch}: Maia's leaves are evaluated one per game per step "
+            "(leaf_batch 1)"
+        )
     return Searcher(
         net, config, fixed_shapes=fixed_shapes, roots=MaiaRoots(net, fixed_shapes=fixed_shapes)
     )

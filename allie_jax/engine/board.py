@@ -200,6 +200,11 @@ class BoardSearcher(Searcher):
                 f"mode {config.mode!r} sets each budget from a predicted think time, which the "
                 "board model does not have: use search or gumbel"
             )
+        if config.leaf_batch != 1:
+            raise ValueError(
+                f"leaf_batch={config.leaf_batch}: the board model's leaves are evaluated one per "
+                "game per step (leaf_batch 1)"
+            )
         roots = BoardRoots(model, config, fixed_shapes=fixed_shapes)
         super().__init__(model, config, fixed_shapes=fixed_shapes, roots=roots)
 
