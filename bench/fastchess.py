@@ -1,0 +1,188 @@
+"""Allie under fastchess (built from its source, outside the repository) against Stockfish with
+an opening book of real positions: time losses, moves decided by the fallback, and the worst
+move time against its limit.
+
+The book: 20 positions from real games (``data/sample``, after 8 plies, distinct), written as an
+EPD book (what fastchess and cutechess send as ``position fen ...``) and as a PGN book (sent as
+``position startpos moves ...``). fastchess logs every engine line; each Allie move's
+``info string move M path P ... limit L elapsed E`` gives its path and its time against its
+limit; the PGN's termination gives the time losses.
+
+    flock /work/bench.lock .venv/bin/python bench/fastchess.py --fastchess /tmp/fastchess/fastchess \\
+        --checkpoint DIR --tc 10+0.1 --games 20 --book epd
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import io
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import chess
+import chess.pgn
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def book_games(n: int, plies: int = 8) -> list[list[chess.Move]]:
+    """``n`` distinct openings: the first ``plies`` moves of real games."""
+    import zstandard
+
+    path = REPO / "data" / "sample" / "lichess_sample.pgn.zst"
+    with path.open("rb") as f:
+        pgn = io.StringIO(zstandard.ZstdDecompressor().stream_reader(f).read().decode())
+    seen, out = set(), []
+    while len(out) < n:
+        game = chess.pgn.read_game(pgn)
+        if game is None:
+            break
+        moves = list(game.mainline_moves())[:plies]
+        board = chess.Board()
+        for m in moves:
+            board.push(m)
+        if len(moves) == plies and board.fen() not in seen:
+            seen.add(board.fen())
+            out.append(moves)
+    return out
+
+
+def write_books(games: list[list[chess.Move]], where: pathlib.Path) -> dict[str, pathlib.Path]:
+    epd, pgn = where / "book.epd", where / "book.pgn"
+    with epd.open("w") as f:
+        for moves in games:
+            board = chess.Board()
+            for m in moves:
+                board.push(m)
+            f.write(board.epd() + "\n")
+    with pgn.open("w") as f:
+        for i, moves in enumerate(games):
+            game = chess.pgn.Game()
+            game.headers["Event"] = f"book {i}"
+            node = game
+            for m in moves:
+                node = node.add_variation(m)
+            f.write(str(game) + "\n\n")
+    return {"epd": epd, "pgn": pgn}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--fastchess", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--tc", default="10+0.1")
+    parser.add_argument("--games", type=int, default=20)
+    parser.add_argument("--book", choices=("epd", "pgn"), default="epd")
+    parser.add_argument("--mode", default="adaptive")
+    parser.add_argument("--stockfish", default="/usr/games/stockfish")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--timeout_s", type=float, default=6 * 3600)
+    args = parser.parse_args()
+
+    out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="fastchess-"))
+    out.mkdir(parents=True, exist_ok=True)
+    books = write_books(book_games(max(1, args.games // 2)), out)
+    log, pgn_out = out / "fastchess.log", out / "games.pgn"
+    cmd = [
+        args.fastchess,
+        "-engine",
+        f"cmd={sys.executable}",
+        f"args=-m launch.uci --checkpoint {args.checkpoint}",
+        f"dir={REPO}",
+        "name=allie",
+        f"option.Mode={args.mode}",
+        "option.OppoElo=1350",
+        "-engine",
+        f"cmd={args.stockfish}",
+        "name=stockfish",
+        "option.UCI_LimitStrength=true",
+        "option.UCI_Elo=1350",
+        "-each",
+        f"tc={args.tc}",
+        "-rounds",
+        str(max(1, args.games // 2)),
+        "-games",
+        "2",
+        "-repeat",
+        "-openings",
+        f"file={books[args.book]}",
+        f"format={args.book}",
+        "order=sequential",
+        "-pgnout",
+        f"file={pgn_out}",
+        "-log",
+        f"file={log}",
+        "level=info",
+        "engine=true",
+        "-concurrency",
+        "1",
+        # uciok keeps fastchess's default 10 s startup limit; isready compiles every shape
+        # (minutes on a busy CPU): wait for it, off the clock
+        "-ucinewgame-ms",
+        "1800000",
+        "-ping-ms",
+        "1800000",
+    ]
+    t = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        stdout, _ = proc.communicate(timeout=args.timeout_s)
+    except subprocess.TimeoutExpired:  # report the games finished so far
+        proc.kill()
+        stdout, _ = proc.communicate()
+        stdout += f"\n(stopped after {args.timeout_s} s)"
+    wall = time.monotonic() - t
+    (out / "stdout.txt").write_text(stdout)
+    paths: collections.Counter = collections.Counter()
+    worst, worst_line = -1e9, ""
+    over_limit = 0
+    pattern = re.compile(
+        r"info string move (\S+) path (\S+).*?(?:limit ([\d.]+)s)? elapsed ([\d.]+)s"
+    )
+    text = log.read_text(errors="replace") if log.exists() else ""
+    for line in text.splitlines():
+        m = pattern.search(line)
+        if not m:
+            continue
+        paths[m.group(2)] += 1
+        if m.group(3):
+            late = float(m.group(4)) - float(m.group(3))
+            over_limit += late > 0
+            if late > worst:
+                worst, worst_line = late, line.strip()
+    forfeits = collections.Counter()
+    games = 0
+    with open(pgn_out) if pgn_out.exists() else io.StringIO("") as f:
+        while (game := chess.pgn.read_game(f)) is not None:
+            games += 1
+            term = game.headers.get("Termination", "")
+            if "time" in term.lower():
+                loser = "white" if game.headers.get("Result") == "0-1" else "black"
+                forfeits[game.headers.get(loser.capitalize(), loser)] += 1
+    fens = text.count("position fen")
+    fallback_fen = text.count("no history for the FEN")
+    print(
+        f"fastchess rc {proc.returncode}, {games} games at {args.tc} ({args.book} book), {wall:.0f} s"
+    )
+    print(f"time losses: {dict(forfeits) or 0}")
+    print(f"Allie moves by path: {dict(paths)}  (fallback: {paths.get('fallback', 0)})")
+    print(f"'position fen' commands: {fens}; FENs without a history: {fallback_fen}")
+    print(
+        f"moves over their limit (engine clock): {over_limit}; worst elapsed - limit: {worst:+.3f} s"
+    )
+    print(f"  {worst_line[:200]}")
+    print(f"logs: {out}")
+    if proc.returncode != 0:
+        print(stdout[-2000:])
+
+
+if __name__ == "__main__":
+    main()
