@@ -452,7 +452,7 @@ def evaluate(
     checkpoint,
     games_path: str | pathlib.Path,
     output_dir: str | pathlib.Path | None = None,
-    config: EvalConfig = EvalConfig(),
+    config: EvalConfig | None = None,
 ) -> dict | None:
     """Run this process's shard of the evaluation job, then, if every shard is complete and no
     other task is building it, the report from the records (report.json, report.md and plots in
@@ -461,9 +461,11 @@ def evaluate(
     ``checkpoint`` is a checkpoint directory, a training workdir (``load_model`` picks its best,
     else latest, checkpoint), an already built ``AllieModel``, or None for systems that need no
     Allie model. Returns the report, or None while other shards are missing (run them, or
-    ``--report_only`` later) or when another task builds it.
+    ``--report_only`` later) or when another task builds it. ``config`` None: ``EvalConfig()``
+    (built here, not at import: checking its system names loads the search package, which starts
+    JAX's backend, and ``jax.distributed.initialize`` must come first).
     """
-    cfg = config
+    cfg = config if config is not None else EvalConfig()
     t0 = time.perf_counter()
     num_shards, shard_index = stream.resolve_shard(cfg.num_shards, cfg.shard_index)
     model, checkpoint_name = _load(checkpoint)

@@ -500,23 +500,30 @@ def _search(name: str, ctx: SystemContext) -> System:
 Factory = Callable[[str, SystemContext], System]
 
 
-def _builtin() -> dict[str, Factory | str]:
-    """The registry's starting entries: every ``SearchConfig`` mode (read from its ``MODES``,
-    so a new mode is a system name at once), the Maia family and the board family."""
-    from allie_jax.search.config import MODES
-
-    entries: dict[str, Factory | str] = {}
-    for mode in MODES:
-        entries[mode] = {"policy": _policy, "greedy": _greedy}.get(mode, _search)
+# name or prefix -> factory, or "module:function" imported on first use (add yours here): the
+# Maia family and the board family; every ``SearchConfig`` mode joins on first use (``_modes``).
+BUILTIN: dict[str, Factory | str] = {
+    "policy": _policy,
+    "greedy": _greedy,
     # maia (Maia*), maia-1500, maia+search, maia-1900+gumbel, ...; board, board+search, ...
-    entries["maia"] = "allie_jax.baselines.eval_systems:make_maia"
-    entries["board"] = "allie_jax.eval.board_system:make_board"
-    return entries
-
-
-# name or prefix -> factory, or "module:function" imported on first use (add yours here).
-BUILTIN: dict[str, Factory | str] = _builtin()
+    "maia": "allie_jax.baselines.eval_systems:make_maia",
+    "board": "allie_jax.eval.board_system:make_board",
+}
 _REGISTRY: dict[str, Factory | str] = dict(BUILTIN)
+_MODES: list[str] = []
+
+
+def _modes() -> dict[str, Factory | str]:
+    """The registry with every ``SearchConfig`` mode in it (read from its ``MODES``, so a new mode
+    is a system name at once). Done on first use, not at import: importing the search package
+    starts JAX's backend, which must wait for ``jax.distributed.initialize``."""
+    if not _MODES:
+        from allie_jax.search.config import MODES
+
+        for mode in MODES:
+            _REGISTRY.setdefault(mode, {"policy": _policy, "greedy": _greedy}.get(mode, _search))
+        _MODES.extend(MODES)
+    return _REGISTRY
 
 
 def register(name: str, factory: Factory | str) -> None:
@@ -525,14 +532,15 @@ def register(name: str, factory: Factory | str) -> None:
 
 
 def registered() -> list[str]:
-    return sorted(_REGISTRY)
+    return sorted(_modes())
 
 
 def resolve(name: str) -> Factory:
     """The factory serving ``name``: an exact entry, else the longest registered prefix."""
-    entry = _REGISTRY.get(name)
+    registry = _modes()
+    entry = registry.get(name)
     if entry is None:
-        prefixes = [p for p in _REGISTRY if name.startswith(p)]
+        prefixes = [p for p in registry if name.startswith(p)]
         if not prefixes:
             raise ValueError(f"unknown system {name!r}: known systems are {registered()}")
         entry = _REGISTRY[max(prefixes, key=len)]
@@ -551,7 +559,7 @@ def search_suffixes() -> tuple[str, ...]:
 
 
 def _known(name: str) -> bool:
-    if name in _REGISTRY:
+    if name in _modes():
         return True
     base, plus, suffix = name.partition("+")
     if plus:  # a family with a search: maia+MODE, maia-1500+MODE, board+MODE
@@ -561,7 +569,7 @@ def _known(name: str) -> bool:
     if base.startswith("maia-") and not plus:
         return base[5:].isdigit()
     # plug-ins registered as a prefix (tests, extensions)
-    builtin = set(BUILTIN)
+    builtin = set(BUILTIN) | set(_MODES)
     return any(name.startswith(p) for p in _REGISTRY if p not in builtin)
 
 
