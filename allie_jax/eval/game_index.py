@@ -239,7 +239,8 @@ def shared_index(
         try:
             if not (where / "index.json").exists():
                 index = build(path, max_games, specs, seed)
-                save(index, where)
+                if index.game_ids:  # an input without a usable game leaves nothing behind
+                    save(index, where)
                 return index, int(index.meta["bytes"]), True
         finally:
             lock.release()
