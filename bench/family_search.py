@@ -13,7 +13,7 @@ after/before, and the 1-minute load average over the row's rounds.
     flock /work/bench.lock .venv/bin/python bench/family_search.py --families board maia \\
         --batches 1 8 32 --rounds 5
 
-Models are random-initialised (speed does not depend on the weights) except Maia, read from
+Models are random-initialised (`tiny` decoder, `board_tiny`; speed does not depend on the weights) except Maia, read from
 ``--maia_dir`` (maia-1500). Run under ``flock /work/bench.lock`` on a shared machine.
 """
 
@@ -93,7 +93,7 @@ def runner(pkg: str, family: str, batch: int, sims: int, maia_dir: str):
     if family == "allie":
         tr = importlib.import_module(f"{pkg}.model.transformer")
         cfg = importlib.import_module(f"{pkg}.model.config").ModelConfig
-        model = tr.AllieModel(cfg.named("small"), rngs=nnx.Rngs(0))
+        model = tr.AllieModel(cfg.named("tiny"), rngs=nnx.Rngs(0))
         searcher = importlib.import_module(f"{pkg}.search.searcher").Searcher(
             model, search_config.preset("search", mean_sims=sims)
         )
