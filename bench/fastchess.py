@@ -87,7 +87,7 @@ def main() -> None:
 
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="fastchess-"))
     out.mkdir(parents=True, exist_ok=True)
-    books = write_books(book_games(max(1, args.games // 2)), out)
+    books = write_books(book_games(20), out)  # fastchess plays the first games/2, both colours
     log, pgn_out = out / "fastchess.log", out / "games.pgn"
     cmd = [
         args.fastchess,
