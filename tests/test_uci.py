@@ -171,7 +171,7 @@ def test_a_forced_answer_plays_the_root_prior_never_the_first_legal_move():
     prior = allie.predict([Game(moves=["e2e4"])])[0].move_probs
     assert best == max(prior, key=prior.get)
     assert best != next(iter(board.legal_moves)).uci()
-    assert any(line.endswith("path fallback") for line in lines)
+    assert any(" path fallback" in line for line in lines)
     assert h.path_counts == {"fallback": 1}
     allie.release.set()
     # stop while searching: the same fallback, once
