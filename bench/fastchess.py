@@ -131,7 +131,12 @@ def main() -> None:
     ]
     t = time.monotonic()
     proc = subprocess.Popen(
-        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        # fastchess writes its config.json into its working directory: keep it with the output
+        cmd,
+        cwd=pgn_out.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         stdout, _ = proc.communicate(timeout=args.timeout_s)
