@@ -9,9 +9,10 @@ and "a7a8q" for a pawn: ``KIND`` tells the rules which piece test to apply when 
 from __future__ import annotations
 
 import numpy as np
-from pgx._src.games import chess as pgx_chess
 
-from allie_jax import vocab
+from allie_jax import compat, vocab
+
+pgx_chess = compat.pgx_chess()  # pgx 2.6.0's chess rules (a private module: see compat)
 
 NUM_PGX_ACTIONS = 64 * 73  # 4672
 NO_ACTION = NUM_PGX_ACTIONS  # sentinel index of an always-False extra mask column

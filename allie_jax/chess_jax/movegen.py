@@ -16,7 +16,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from pgx._src.games import chess as pgx_chess
+
+from allie_jax import compat
+
+pgx_chess = compat.pgx_chess()  # pgx 2.6.0's chess rules (a private module: see compat)
 
 PAWN, KNIGHT, BISHOP, ROOK, QUEEN, KING = 1, 2, 3, 4, 5, 6
 _DIRECTIONS = ((0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (1, -1), (-1, 1), (-1, -1))  # (file, rank)

@@ -24,10 +24,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from pgx._src.games import chess as pgx_chess
 
-from allie_jax import vocab
+from allie_jax import compat, vocab
 from allie_jax.chess_jax import mapping, movegen
+
+pgx_chess = compat.pgx_chess()  # pgx 2.6.0's chess rules (a private module: see compat)
 
 HISTORY = 150
 RULES = ("standard", "released")

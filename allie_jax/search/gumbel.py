@@ -50,8 +50,8 @@ import jax
 import jax.numpy as jnp
 import mctx
 import numpy as np
-from mctx._src import seq_halving  # mctx's sequential-halving schedule (0.0.71)
 
+from allie_jax import compat
 from allie_jax.search import pibar, tree_search
 from allie_jax.search.config import DEFAULT_ANCHOR_LAMBDA
 from allie_jax.search.selection import (
@@ -99,14 +99,14 @@ class GumbelResult(NamedTuple):
 def considered_visits_table(max_considered: int, max_sims: int) -> np.ndarray:
     """int32 [max_considered + 1, max_sims + 1, max(max_sims, 1)]: mctx's halving schedule.
 
-    ``table[m, n, :n]`` is ``seq_halving.get_sequence_of_considered_visits(m, n)`` — the visit
+    ``table[m, n, :n]`` is ``compat.mctx_seq_halving().get_sequence_of_considered_visits(m, n)`` — the visit
     count an action must have to be selectable at simulation i of a budget-n search with m
     considered actions (mctx's ``get_table_of_considered_visits(m, n)[m]``); the rest is 0.
     """
     table = np.zeros((max_considered + 1, max_sims + 1, max(max_sims, 1)), np.int32)
     for m in range(max_considered + 1):
         for n in range(1, max_sims + 1):
-            table[m, n, :n] = seq_halving.get_sequence_of_considered_visits(m, n)
+            table[m, n, :n] = compat.mctx_seq_halving().get_sequence_of_considered_visits(m, n)
     return table
 
 
@@ -178,7 +178,9 @@ def sigma(tree: mctx.Tree, node: chex.Numeric, params: GumbelParams) -> jax.Arra
 
 def _root_score(considered_visit, gumbel, logits, sigma_q, visits, legal):
     """mctx's ``score_considered`` with illegal actions masked: Gumbel + logits + σ(q)."""
-    score = seq_halving.score_considered(considered_visit, gumbel, logits, sigma_q, visits)
+    score = compat.mctx_seq_halving().score_considered(
+        considered_visit, gumbel, logits, sigma_q, visits
+    )
     return jnp.where(legal, score, -jnp.inf)
 
 

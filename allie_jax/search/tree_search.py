@@ -57,8 +57,8 @@ import chex
 import jax
 import jax.numpy as jnp
 import mctx
-from mctx._src import search as mctx_search  # mctx.search's building blocks (0.0.71)
 
+from allie_jax import compat
 from allie_jax.search.selection import RAW_ROOT_LOGITS, make_puct_selection
 from allie_jax.search.selection import log_prior as selection_log_prior
 
@@ -120,7 +120,7 @@ def init_tree(
         "depth": jnp.zeros((batch,), jnp.int32),
         "frozen": jnp.asarray(root.terminal, bool),
     }
-    tree = mctx_search.instantiate_tree_from_root(
+    tree = compat.mctx_search_module().instantiate_tree_from_root(
         mctx.RootFnOutput(prior_logits=prior_logits, value=root.value, embedding=embeddings),
         num_nodes - 1,
         root_invalid_actions=jnp.zeros_like(prior_logits),
