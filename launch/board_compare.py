@@ -25,6 +25,9 @@ _OUTPUT = flags.DEFINE_string("output", None, "Output directory.")
 
 def main(argv):
     del argv
+    from allie_jax import cli
+
+    cli.setup("launch.board_compare", "output")  # library INFO logs to a file, not the console
     import itertools
 
     from etils import epath

@@ -25,6 +25,9 @@ _OUTPUT = flags.DEFINE_string("output", None, "Write the result as JSON.")
 
 def main(argv):
     del argv
+    from allie_jax import cli
+
+    cli.setup("launch.board_patching")  # library INFO logs to a file, not the console
     import chess
     import numpy as np
 

@@ -28,6 +28,9 @@ _ELO = flags.DEFINE_integer("elo", 2500, "Both header Elos when scoring (0: the 
 
 def main(argv):
     del argv
+    from allie_jax import cli
+
+    cli.setup("launch.forcing_positions")  # library INFO logs to a file, not the console
     from allie_jax.eval import forcing
 
     if _PGN.value:
