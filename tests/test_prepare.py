@@ -38,7 +38,7 @@ def small_pgn(tmp_path_factory, sample_pgn) -> pathlib.Path:
 
 def _first_games(path, n):
     out = []
-    for g in pgn.split_games(pgn._lines(path)):
+    for g in pgn.split_games(pgn.lines(path)):
         out.append(g)
         if len(out) == n:
             return out
@@ -116,7 +116,7 @@ def test_blocks_cut_only_between_games(sample_pgn, arena):
         return (raw.header_lines, raw.move_lines, raw.complete)
 
     for path in (sample_pgn, arena):
-        whole = [key(g) for g in pgn.split_games(pgn._lines(path))]
+        whole = [key(g) for g in pgn.split_games(pgn.lines(path))]
         for size in (1, 3_000, 40_000):
             blocks = list(prepare.pgn_blocks(str(path), 0, pgn.InputStatus(), block_bytes=size))
             assert len(blocks) > (1 if size < 100_000 else 0)
@@ -204,7 +204,7 @@ def test_blocks_cut_only_between_games_on_mangled_text(tmp_path, small_pgn):
         path = tmp_path / f"m{trial}.pgn"
         path.write_bytes(text.encode())
         whole = [
-            (g.header_lines, g.move_lines, g.complete) for g in pgn.split_games(pgn._lines(path))
+            (g.header_lines, g.move_lines, g.complete) for g in pgn.split_games(pgn.lines(path))
         ]
         blocks = prepare.pgn_blocks(str(path), 0, pgn.InputStatus(), block_bytes=1)
         games = [
@@ -229,7 +229,7 @@ def test_cut_zst_is_reported_and_keeps_every_complete_game(tmp_path, sample_pgn,
     cut = tmp_path / "cut.pgn.zst"
     text = _cut_zst(sample_pgn, cut, 200_000)
     # The reference: the complete games before the cut, as a plain file.
-    raws = list(pgn.split_games(pgn._lines(io.StringIO(text.decode()))))
+    raws = list(pgn.split_games(pgn.lines(io.StringIO(text.decode()))))
     complete = tmp_path / "complete.pgn"
     complete.write_text("".join(r.text() + "\n" for r in raws[:-1]))
     with caplog.at_level("WARNING"):
