@@ -94,7 +94,9 @@ def test_every_preset_through_the_one_search_and_move_rule():
             for m in game.moves:
                 board.push_uci(m)
             ids = np.array([vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves])
-            probs = vocab_policy(pol[0], len(game.moves) % 2 == 1, enc.king_home[len(game.moves)], ids)
+            probs = vocab_policy(
+                pol[0], len(game.moves) % 2 == 1, enc.king_home[len(game.moves)], ids
+            )
             assert chess.Move.from_uci(dec.move) in board.legal_moves
             assert sum(dec.policy.values()) == pytest.approx(1.0, abs=1e-3)
             assert not dec.resigned and dec.note == "maia-1500"
