@@ -196,8 +196,3 @@ class GameEncoder:
         planes = _unpack(masks)
         planes[:, AUX + 5] = np.asarray([self._aux[p][2] for p in plies], np.float32)[:, None, None]
         return planes
-
-
-def encode_position(moves: Sequence[str | chess.Move]) -> np.ndarray:
-    """Planes of the position reached by ``moves`` from the start (one-off convenience)."""
-    return GameEncoder(moves).encode(len(moves))

@@ -31,7 +31,6 @@ import hashlib
 import itertools
 import json
 import logging
-import math
 import pathlib
 import resource
 import tempfile
@@ -338,7 +337,7 @@ def _job_settings(cfg: EvalConfig, model, games_digest: str, systems, num_shards
         if config.get(key):
             config[key] = file_digest(config[key])
     info = {s.name: {"subsample": bool(s.subsample), **dict(s.info)} for s in systems}
-    return records._jsonable(
+    return records.jsonable(
         {
             "checkpoint": model_digest(model),
             "games_file": games_digest,
@@ -426,7 +425,7 @@ def _commit_extras(store: records.ShardStore, systems, model, cfg: EvalConfig) -
         from allie_jax.eval.calibration import calibration_from_pgn
 
         table = calibration_from_pgn(str(epath.Path(cfg.calibration_pgn)), cfg.calibration_systems)
-        data = json.dumps(records._jsonable(table.to_dict()), sort_keys=True).encode()
+        data = json.dumps(records.jsonable(table.to_dict()), sort_keys=True).encode()
         store.commit_extra("calibration", records.CALIBRATION, data)
     return timings
 
@@ -641,18 +640,6 @@ def write_outputs(report: dict, output_dir, *, plots: bool = True) -> None:
             for name in names:
                 _replace_write(out / name, (pathlib.Path(tmp) / name).read_bytes())
         report.setdefault("meta", {})["plots"] = names
-    text = json.dumps(_jsonable(report), indent=2, allow_nan=False) + "\n"
+    text = json.dumps(records.jsonable(report, nan_as_none=True), indent=2, allow_nan=False) + "\n"
     _replace_write(out / "report.json", text.encode())
     _replace_write(out / "report.md", to_markdown(report).encode())
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None  # strict JSON has no NaN: "not measurable" (no positions, constant series)
-    return x

@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -299,7 +300,7 @@ class ShardStore:
         path = self.dir / MANIFEST
         if path.exists():
             old = json.loads(path.read_text())
-            new = _jsonable(self.job)
+            new = jsonable(self.job)
             if old.get("job") != new:
                 diff = _differences(old.get("job", {}), new)
                 raise RecordsError(
@@ -361,7 +362,7 @@ class ShardStore:
             lock.release()
 
     def _save(self) -> None:
-        text = json.dumps(_jsonable(self.manifest), indent=1, sort_keys=True, allow_nan=False)
+        text = json.dumps(jsonable(self.manifest), indent=1, sort_keys=True, allow_nan=False)
         _atomic_write(self.dir / MANIFEST, text.encode())
 
 
@@ -650,13 +651,17 @@ def _expr(node: ast.AST, text: str) -> Any:
     raise bad(f"unsupported syntax {type(node).__name__}")
 
 
-def _jsonable(x):
+def jsonable(x, *, nan_as_none: bool = False):
+    """``x`` with numpy scalars, tuples and non-string keys made JSON types. ``nan_as_none``:
+    non-finite floats become null (strict JSON has no NaN; a report's "not measurable")."""
     if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v, nan_as_none=nan_as_none) for k, v in x.items()}
     if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v, nan_as_none=nan_as_none) for v in x]
     if isinstance(x, np.generic):
-        return x.item()
+        x = x.item()
+    if nan_as_none and isinstance(x, float) and not math.isfinite(x):
+        return None
     return x
 
 
