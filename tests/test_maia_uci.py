@@ -52,6 +52,15 @@ def test_predict_top_move_is_maia_argmax():
     )
     assert d[0].move == max(preds[1].move_probs, key=preds[1].move_probs.get)
     assert vocab.MOVE_TO_ID[d[0].move] >= 0
+    # the greedy preset plays that argmax at any temperature, with the standard start or a FEN
+    fen = chess.Board()
+    for m in games[1].moves:
+        fen.push_uci(m)
+    for start in (None, fen.fen()):
+        game = games[1] if start is None else Game(moves=[])
+        for seed in range(3):
+            g = engine.play([game], "greedy", seed, start_fens=[start], temperature=1.0)
+            assert g[0].move == d[0].move, (start, seed)
 
 
 def test_maia_plays_from_a_fen_with_the_history_filled():

@@ -31,7 +31,7 @@ import numpy as np
 from allie_jax import vocab
 from allie_jax.game import Game
 
-MAIA_PRESETS = ("policy", "search", "gumbel")  # maia_player.PRESETS (that module starts JAX)
+MAIA_PRESETS = ("policy", "greedy", "search", "gumbel")  # maia_player.PRESETS (it starts JAX)
 
 
 def spec_error(spec: str) -> str | None:
@@ -105,7 +105,9 @@ class MaiaUciEngine:
 
         fens = list(start_fens) if start_fens is not None else [None] * len(games)
         player = self._player(preset)
-        t = 0.0 if sampling == "argmax" else float(temperature)
+        # greedy: Maia's most probable move at any Temperature (from a FEN too)
+        greedy = self.preset_for(preset) == "greedy"
+        t = 0.0 if sampling == "argmax" or greedy else float(temperature)
         player.temperature = t
         key = rng if isinstance(rng, jax.Array) else jax.random.key(int(rng))
         out: list[Any] = [None] * len(games)
