@@ -108,6 +108,24 @@ def _checkpoint_words(err: BaseException, workdir: str) -> str:
     return line
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, with a config override naming no setting (a misspelt
+    ``--config.model.mlp_ratio=4``) as one line instead of ml_collections' traceback."""
+    try:
+        return app.parse_flags_with_usage(argv)
+    except (AttributeError, KeyError) as err:
+        key = _first_line(err).strip("'\"")
+        overrides = [a.split("=", 1)[0] for a in argv[1:] if a.startswith("--config.")]
+        override = next(
+            (o for o in overrides if o.split(".")[-1] == key), overrides[0] if overrides else key
+        )
+        cli.fail(
+            COMMAND,
+            f"{override}: not a setting of this config ({_first_line(err)}); "
+            "the config file lists every setting",
+        )
+
+
 if __name__ == "__main__":
     flags.mark_flags_as_required(["config"])
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -105,6 +105,9 @@ def test_train_console(prepared_sample, sample_pgn, tmp_path):
     line = run("launch.train (raw PGN data dir)", [*base, "--data_dir", str(raw), *small],
                tmp_path, ok=False)[0]  # fmt: skip
     assert "PGN" in line and "launch.prepare_data" in line
+    misspelt = [*base, "--config.train.steps=1", "--config.model.mlp_ratio=4"]
+    line = run("launch.train (misspelt setting)", misspelt, tmp_path, ok=False)[0]
+    assert "--config.model.mlp_ratio: not a setting" in line, line
 
     # a damaged checkpoint: the data files of the saved step cut to 7 bytes (a truncated copy)
     step = next((work / "checkpoints").iterdir())
