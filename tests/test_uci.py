@@ -111,10 +111,14 @@ def test_game_header_from_options_and_first_go():
     assert allie.calls[-1][0].time_control == "180+2"
     h.handle("ucinewgame")
     h.handle("position startpos")
+    calls = len(allie.calls)
     h.handle("go wtime 300000 btime 300000")
-    time.sleep(0.05)
+    # a loaded box may take longer than a moment to reach the model: wait for the call itself
+    until = time.monotonic() + 60
+    while len(allie.calls) == calls and time.monotonic() < until:
+        time.sleep(0.01)
     h.handle("stop")
-    assert allie.calls[-1][0].time_control == "300+0"
+    assert len(allie.calls) > calls and allie.calls[-1][0].time_control == "300+0"
 
 
 def test_illegal_position_is_rejected_and_previous_kept():
