@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from allie_jax.search import SearchConfig, gumbel, pibar, selection, tree_search
-from tests.toy_game import ToyGame
+from tests.support.toy_game import ToyGame
 
 PRIOR = np.array([0.6, 0.3, 0.1])
 NOISE_Q = np.array([0.0, 0.01, 0.02])  # a noise-level spread

@@ -169,13 +169,13 @@ def test_convert_cli_writes_model_dir_and_safetensors(released_ckpt, tmp_path):
 
 
 def test_convert_from_and_to_gs_paths(hf_gpt2_dir, released_ckpt, tmp_path, monkeypatch):
-    """gs:// in and out through etils.epath (in-memory gs://, see tests/memory_fs.py): the same
+    """gs:// in and out through etils.epath (in-memory gs://, see tests/support/memory_fs.py): the same
     parameters as from local files, and a model directory published remotely loads back."""
     from etils import epath
 
     from allie_jax.data import paths
     from allie_jax.model.checkpoint import CONFIG_FILE, PARAMS_DIR, params_dict, save_model
-    from tests.memory_fs import memory_gcs
+    from tests.support.memory_fs import memory_gcs
 
     monkeypatch.setenv("ALLIE_JAX_CACHE", str(tmp_path / "cache"))
     hf_dir, _ = hf_gpt2_dir
@@ -216,14 +216,14 @@ def jax_leaves(tree):
 @pytest.mark.slow
 def test_convert_command_on_emulated_gcs(released_ckpt, tmp_path, monkeypatch):
     """launch.convert with input, output and --safetensors on gs:// (a local Cloud Storage
-    emulator, tests/gcs_emulator.py: real gcsfs and TensorStore clients); the model directory
+    emulator, tests/support/gcs_emulator.py: real gcsfs and TensorStore clients); the model directory
     and the safetensors file load back from gs:// with the converted parameters."""
     import os
 
     from etils import epath
 
     from allie_jax.model.checkpoint import flatten_params, params_dict
-    from tests.gcs_emulator import emulated_gcs
+    from tests.support.gcs_emulator import emulated_gcs
     from tests.test_gcs_paths import _require_gcs_extra
 
     _require_gcs_extra()

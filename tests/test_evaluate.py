@@ -26,7 +26,7 @@ from allie_jax.eval.tally import Tally
 from allie_jax.game import Game, encode_game
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.pgn import open_text, read_games
-from tests.stockfish_support import require_stockfish
+from tests.support.stockfish_support import require_stockfish
 
 # the package re-exports the function ``evaluate``, which shadows the module's name
 ev = importlib.import_module("allie_jax.eval.evaluate")

@@ -1,6 +1,6 @@
 """launch.fetch_weights and Allie.from_released against a local stand-in Hub and file:// Maia.
 
-No test reaches the network: the Hub is ``tests/hub_standin.py`` on 127.0.0.1 (``HF_ENDPOINT``),
+No test reaches the network: the Hub is ``tests/support/hub_standin.py`` on 127.0.0.1 (``HF_ENDPOINT``),
 serving a small ``best.pt`` laid out like the release (a released-structure PyTorch clone with
 random weights, its optimizer state, ``iter_num`` and ``best_val_loss``), which the test writes;
 the Maia nets are the real files from the shared folder, served through ``file://``.
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from allie_jax import weights
-from tests.hub_standin import COMMIT, StandInHub
-from tests.maia_support import maia_dir
+from tests.support.hub_standin import COMMIT, StandInHub
+from tests.support.maia_support import maia_dir
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -9,7 +9,7 @@ import pytest
 
 from allie_jax.eval import forcing
 from allie_jax.game import Game
-from tests.stockfish_support import require_stockfish
+from tests.support.stockfish_support import require_stockfish
 
 
 class _Scripted:

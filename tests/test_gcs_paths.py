@@ -1,6 +1,6 @@
 """prepare → train → resume → evaluate with every path on ``gs://``, offline.
 
-A Cloud Storage emulator on 127.0.0.1 (tests/gcs_emulator.py) serves the three clients a
+A Cloud Storage emulator on 127.0.0.1 (tests/support/gcs_emulator.py) serves the three clients a
 ``gs://`` run really uses: gcsfs behind ``etils.epath`` (data, JSON, metrics, Orbax's metadata
 and commit files), TensorStore's own gcs driver (Orbax's arrays) and google-cloud-storage (Orbax's
 bucket check before listing or deleting steps). Nothing is faked inside the library: a path that
@@ -40,7 +40,7 @@ def gcs(tmp_path, monkeypatch, sample_pgn):
     _require_gcs_extra()
     from etils import epath
 
-    from tests.gcs_emulator import emulated_gcs
+    from tests.support.gcs_emulator import emulated_gcs
 
     monkeypatch.chdir(tmp_path)  # a pathlib mistake would create ./gs:/... here
     monkeypatch.setenv("ALLIE_JAX_CACHE", str(tmp_path / "cache"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.fake_devices import run_on_eight_devices
+from tests.support.fake_devices import run_on_eight_devices
 
 WORKER = textwrap.dedent(
     r"""
@@ -20,7 +20,7 @@ WORKER = textwrap.dedent(
     from allie_jax.train import sharding as shd, step as step_module
     from allie_jax.train.loop import build_trainer, model_config_from
     from configs.tiny import get_config
-    from tests.game_batches import game_rows
+    from tests.support.game_batches import game_rows
 
     SEQ, ROWS = 64, 16
     games = [g for _, g in zip(range(3 * ROWS), read_games(sys.argv[1]))]

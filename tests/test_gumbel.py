@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from allie_jax.search import gumbel, selection, tree_search
-from tests.toy_game import ToyGame
+from tests.support.toy_game import ToyGame
 
 # ----------------------------------------------------------------------------- a toy game
 # A deterministic game shared by both sides: the state is a uint32 hash, prior logits and value

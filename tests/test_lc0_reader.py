@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from allie_jax.convert import lc0
-from tests.maia_support import maia_dir
+from tests.support.maia_support import maia_dir
 
 
 def _varint(n: int) -> bytes:

@@ -12,7 +12,7 @@ from allie_jax.baselines import lc0_moves
 from allie_jax.baselines.lc0_planes import AUX, GameEncoder
 from allie_jax.pgn import read_games
 from tests.conftest import SAMPLE_PGN
-from tests.maia_support import lczero_backends, maia_dir
+from tests.support.maia_support import lczero_backends, maia_dir
 
 
 def _has_repetition(moves) -> bool:

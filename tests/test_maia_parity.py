@@ -19,7 +19,7 @@ from allie_jax.baselines.lc0_planes import GameEncoder
 from allie_jax.baselines.maia import MaiaPredictor, load_maia
 from allie_jax.pgn import read_games
 from tests.conftest import SAMPLE_PGN
-from tests.maia_support import lczero_backends, maia_dir
+from tests.support.maia_support import lczero_backends, maia_dir
 
 MIN_POSITIONS = 500
 MAX_LOGIT_DIFF = 1e-3

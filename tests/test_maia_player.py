@@ -10,7 +10,7 @@ import pytest
 from allie_jax import vocab
 from allie_jax.baselines.maia_player import MaiaPlayer, MaiaSpec, parse_maia_spec
 from allie_jax.game import Game
-from tests.maia_support import maia_dir
+from tests.support.maia_support import maia_dir
 
 
 def test_parse_specs():

@@ -21,7 +21,7 @@ from allie_jax.chess_jax import convert, rules
 from allie_jax.pgn import read_games
 from allie_jax.search.reference import ReferenceMCTS
 from tests.conftest import SAMPLE_PGN
-from tests.maia_support import maia_dir
+from tests.support.maia_support import maia_dir
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from allie_jax.eval.positions import game_positions
 from allie_jax.eval.systems import Positions, SystemContext, make_systems, resolve
 from allie_jax.pgn import read_games
 from tests.conftest import SAMPLE_PGN
-from tests.maia_support import maia_dir
+from tests.support.maia_support import maia_dir
 
 
 def test_names_and_nearest_rating():

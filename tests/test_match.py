@@ -10,7 +10,7 @@ from flax import nnx
 from allie_jax.engine import Allie
 from allie_jax.engine.match import MatchConfig, parse_spec, run_match
 from allie_jax.model import AllieModel, ModelConfig
-from tests.stockfish_support import require_stockfish
+from tests.support.stockfish_support import require_stockfish
 from tests.test_uci import ScriptedAllie
 
 

@@ -5,7 +5,7 @@ virtual environment layered on this one (a ``.pth`` adds its packages, so nothin
 ``PIP_NO_INDEX``), with a stand-in ``google.colab`` module imported at kernel start as Colab
 does, and ``REPO_URL`` a ``file://`` git repository holding this working tree. The install cell
 therefore really clones it and ``pip install -e`` s it; the kernel imports ``allie_jax`` from that
-clone. The released Allie comes from a stand-in Hub (``tests/hub_standin.py``) serving a small
+clone. The released Allie comes from a stand-in Hub (``tests/support/hub_standin.py``) serving a small
 released-format ``best.pt``. Parameters are overridden the way papermill does it: a cell inserted
 after the one tagged ``parameters``; the modes are the notebooks' own defaults.
 """
@@ -264,7 +264,7 @@ def released(tmp_path_factory):
     """A stand-in Hub serving a small released-format best.pt (random tiny weights)."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from tests.hub_standin import StandInHub
+    from tests.support.hub_standin import StandInHub
     from tests.test_fetch_weights import released_best_pt
 
     path, _ = released_best_pt(tmp_path_factory.mktemp("release") / "best.pt")

@@ -8,7 +8,7 @@ import pytest
 from etils import epath
 
 from allie_jax.data import paths
-from tests.memory_fs import memory_gcs
+from tests.support.memory_fs import memory_gcs
 
 
 def test_glob_local_and_remote(tmp_path):

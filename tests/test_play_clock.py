@@ -18,8 +18,8 @@ from allie_jax.engine.time_manager import FinishReserve, MovePlan, move_limit
 from allie_jax.engine.uci import UciHandler
 from allie_jax.game import Game, encode_game
 from allie_jax.model import AllieModel, ModelConfig
-from tests.load_support import busy_processes, play_game, uci_command
-from tests.stockfish_support import require_stockfish
+from tests.support.load_support import busy_processes, play_game, uci_command
+from tests.support.stockfish_support import require_stockfish
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -10,8 +10,8 @@ import pytest
 from flax import nnx
 
 from allie_jax.model import AllieModel, ModelConfig
-from tests.load_support import MARGIN_S, busy_processes, play_game, uci_command
-from tests.stockfish_support import require_stockfish
+from tests.support.load_support import MARGIN_S, busy_processes, play_game, uci_command
+from tests.support.stockfish_support import require_stockfish
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

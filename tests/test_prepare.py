@@ -340,7 +340,7 @@ def test_prepare_and_read_on_gs_path(tmp_path, small_pgn, monkeypatch):
     from etils import epath
 
     from allie_jax.data import pipeline
-    from tests.memory_fs import memory_gcs
+    from tests.support.memory_fs import memory_gcs
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ALLIE_JAX_CACHE", str(tmp_path / "cache"))

@@ -14,7 +14,7 @@ from allie_jax import vocab
 from allie_jax.game import Game
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.search import SearchConfig, Searcher, selection, tree_search
-from tests.toy_game import ToyGame
+from tests.support.toy_game import ToyGame
 
 # ----------------------------------------------------------------------------- a toy game
 NUM_ACTIONS = 6

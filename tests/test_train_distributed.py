@@ -182,7 +182,7 @@ def test_two_hosts_join_by_themselves_and_read_only_their_gs_files(tmp_path, sam
 
     from allie_jax.data import shards
     from allie_jax.data.prepare import PrepareConfig, prepare
-    from tests.gcs_emulator import client_env, emulated_gcs
+    from tests.support.gcs_emulator import client_env, emulated_gcs
 
     local = tmp_path / "data"
     config = PrepareConfig(events="all", val_frac=0.05, test_frac=0.05, records_per_shard=200)

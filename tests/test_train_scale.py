@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import textwrap
 
-from tests.fake_devices import run_on_eight_devices
+from tests.support.fake_devices import run_on_eight_devices
 
 WORKER = textwrap.dedent(
     r"""

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 DEFAULT_MAIA_DIR = REPO.parent / "shared" / "models" / "maia1"
 
 

@@ -13,7 +13,7 @@ import pathlib
 import subprocess
 import sys
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def run_on_eight_devices(script: str, *args: str, timeout: float = 600) -> dict:
