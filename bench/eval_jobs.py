@@ -4,7 +4,8 @@
     python bench/eval_jobs.py speed      # positions/s of policy and adaptive (tiny model)
     python bench/eval_jobs.py rebuild    # --report_only on the records of the full sample
     python bench/eval_jobs.py shards     # 2 shards merged vs 1 shard, full sample
-    python bench/eval_jobs.py bytes [--bytes_games 400]  # input bytes each of 4 tasks reads
+    python bench/eval_jobs.py bytes [--bytes_games 400] [--bytes_input plain|zst|both]
+                                         # input bytes each of 4 tasks reads
     python bench/eval_jobs.py pikl --maia_dir /work/shared/models/maia1 --workdir OUT \
         [--pikl_games 200] [--pikl_positions 400] [--lambdas 0.03,0.1,0.3,1]
                                          # piKL's chess table: OUT/pikl.md and OUT/pikl.png
@@ -167,19 +168,25 @@ def shards(tmp: pathlib.Path, ckpt: str) -> None:
          loadavg_before=before, loadavg_after=loadavg())  # fmt: skip
 
 
-def task_bytes(tmp: pathlib.Path, ckpt: str, games_n: int = 400) -> None:
-    """4 tasks of one job (JOB_COMPLETION_INDEX 0..3, one after another) on the arenas file
-    decompressed to a plain .pgn: the input bytes each read (the index builder reads the whole
-    file once; the others read the index and their own games), against streaming
-    (--index_dir none), where every task reads the whole input."""
+def task_bytes(tmp: pathlib.Path, ckpt: str, games_n: int = 400, inputs: str = "both") -> None:
+    """4 tasks of one job (JOB_COMPLETION_INDEX 0..3, one after another) on the arenas file, as
+    the .pgn.zst it is and decompressed to a plain .pgn: the input bytes each read (the index
+    builder reads the whole file once, and for the .zst writes the seekable copy; the others read
+    the index and their own games), against streaming (--index_dir none), where every task reads
+    the whole input."""
     import zstandard
 
-    games = tmp / "arenas.pgn"
-    if not games.exists():
-        with open(ARENAS, "rb") as f, open(games, "wb") as g:
+    plain = tmp / "arenas.pgn"
+    if not plain.exists():
+        with open(ARENAS, "rb") as f, open(plain, "wb") as g:
             zstandard.ZstdDecompressor().copy_stream(f, g)
-    size = games.stat().st_size
-    for mode, extra in (("indexed", []), ("streamed", ["--index_dir=none"])):
+    runs = []
+    if inputs in ("plain", "both"):
+        runs += [("indexed", plain, []), ("streamed", plain, ["--index_dir=none"])]
+    if inputs in ("zst", "both"):
+        runs += [("zst_indexed", ARENAS, []), ("zst_streamed", ARENAS, ["--index_dir=none"])]
+    for mode, games, extra in runs:
+        size = games.stat().st_size
         before = loadavg()
         out = tmp / f"bytes_{mode}"
         cmds = []
@@ -201,13 +208,16 @@ def task_bytes(tmp: pathlib.Path, ckpt: str, games_n: int = 400) -> None:
             )
             got = m.get("input_bytes_read")
             per_task.append(
-                {"index": got["index"], "games": got["games"], "built_index": got["index_built"]}
+                {"index": got["index"], "games": got["games"], "built_index": got["index_built"],
+                 **({"copy_written": got["copy_written"]} if "copy_written" in got else {})}
                 if got
                 else {"whole_input_passes": 1, "bytes": size}
-            )
-        emit(figure="task_input_bytes", mode=mode, input_bytes=size, max_games=games_n,
-             per_task=per_task, commands=cmds, loadavg_before=before,
-             loadavg_after=loadavg())  # fmt: skip
+            )  # fmt: skip
+        meta = out / "records" / "index" / "index.json"
+        index = json.loads(meta.read_text()) if meta.exists() else {}
+        emit(figure="task_input_bytes", mode=mode, input=str(games), input_bytes=size,
+             max_games=games_n, copy_bytes=index.get("copy_bytes"), per_task=per_task,
+             commands=cmds, loadavg_before=before, loadavg_after=loadavg())  # fmt: skip
 
 
 def pikl(tmp: pathlib.Path, args: argparse.Namespace) -> None:
@@ -245,6 +255,9 @@ def main() -> None:
         "figure", choices=["rss", "speed", "rebuild", "shards", "bytes", "pikl", "all"]
     )
     parser.add_argument("--bytes_games", type=int, default=400, help="bytes: games read")
+    parser.add_argument(
+        "--bytes_input", choices=["plain", "zst", "both"], default="both", help="bytes: inputs"
+    )
     parser.add_argument("--maia_dir", default=str(REPO.parent / "shared" / "models" / "maia1"))
     parser.add_argument("--lambdas", default="0.03,0.1,0.3,1", help="pikl: the λ sweep")
     parser.add_argument("--pikl_games", type=int, default=200, help="pikl: games read")
@@ -258,7 +271,7 @@ def main() -> None:
         return
     ckpt = checkpoint(tmp)
     figures = {"rss": rss, "speed": speed, "rebuild": rebuild, "shards": shards,
-               "bytes": lambda t, c: task_bytes(t, c, args.bytes_games)}  # fmt: skip
+               "bytes": lambda t, c: task_bytes(t, c, args.bytes_games, args.bytes_input)}  # fmt: skip
     for name, run in figures.items():
         if args.figure in (name, "all"):
             run(tmp, ckpt)

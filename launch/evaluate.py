@@ -90,9 +90,9 @@ _SHARD_INDEX = flags.DEFINE_integer("shard_index", None, "The shard this process
 _INDEX_DIR = flags.DEFINE_string(
     "index_dir",
     None,
-    "Where the job's byte-offset index of an uncompressed --games file is built once and shared "
-    "(default RECORDS/index; give one shared path when tasks write per-task folders); 'none': "
-    "every task streams the whole input.",
+    "Where the job's byte-offset index of --games is built once and shared, with a seekable copy "
+    "(one zstd frame per game) of a compressed input (default RECORDS/index; give one shared "
+    "path when tasks write per-task folders); 'none': every task streams the whole input.",
 )
 _DISTRIBUTED = flags.DEFINE_boolean(
     "distributed", False, "Call jax.distributed.initialize(): each process scores its own shard."

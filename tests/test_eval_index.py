@@ -15,7 +15,7 @@ from etils import epath
 
 from allie_jax.eval import game_index, stream
 from allie_jax.eval import systems as sysmod
-from allie_jax.pgn import ParseStats, open_text
+from allie_jax.pgn import ParseStats, open_text, read_games
 
 ev = importlib.import_module("allie_jax.eval.evaluate")
 
@@ -98,3 +98,97 @@ def test_indexed_tasks_write_the_streamed_records(plain_pgn, tmp_path):
     one = ev.report_from_records(tmp_path / "idx" / "records")
     two = ev.report_from_records(tmp_path / "str" / "records")
     assert one["move_accuracy"] == two["move_accuracy"]
+
+
+def test_a_compressed_input_is_indexed_through_a_seekable_copy(sample_pgn, tmp_path):
+    """One pass over a .zst: the digest is of the compressed bytes (the file the user has), the
+    copy holds each indexed game as its own zstd frame, and a game read back at its offset is the
+    game python-chess reads from the original."""
+    import io
+
+    import zstandard
+
+    spec = game_index.SubsampleSpec(("search",), "search", _eligible, 25)
+    index = game_index.build(sample_pgn, 30, [spec], seed=3, where=epath.Path(tmp_path))
+    raw = sample_pgn.read_bytes()
+    assert index.digest == "sha256:" + hashlib.sha256(raw).hexdigest()
+    assert index.meta["bytes"] == len(raw)
+    streamed = list(stream.game_stream(sample_pgn, 30, ParseStats()))
+    assert index.game_ids == [g.game_id for g in streamed]
+    copy = (tmp_path / game_index.COPY).read_bytes()
+    assert index.meta["copy_bytes"] == len(copy) == int(index.lengths.sum())
+    plain = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)).read().decode()
+    reference = chess.pgn.read_game(io.StringIO(plain))  # the first game of the original
+    first = zstandard.ZstdDecompressor().decompress(copy[: index.lengths[0]]).decode()
+    game = chess.pgn.read_game(io.StringIO(first))
+    assert [m.uci() for m in game.mainline_moves()] == [m.uci() for m in reference.mainline_moves()]
+    assert dict(game.headers) == dict(reference.headers)
+    # the whole copy is one valid zstd stream of the kept games, in input order
+    whole = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(copy), read_across_frames=True)
+    kept = list(read_games(io.StringIO(whole.read().decode()), stats=ParseStats()))
+    assert [g.game_id for g in kept] == index.game_ids
+    want = stream.choose(iter(streamed), _eligible, 25, salt="search", seed=3)
+    assert index.selections()["search"] == want
+    games, count = game_index.shard_games(sample_pgn, index, 4, 2, ParseStats())
+    mine = [g for g in streamed if stream.shard_of(g.game_id, 4) == 2]
+    assert [g.moves for g in games] == [g.moves for g in mine] and mine
+    assert count() == sum(int(index.lengths[i]) for i, g in enumerate(streamed)
+                          if stream.shard_of(g.game_id, 4) == 2)  # fmt: skip
+
+
+def test_a_bz2_input_is_indexed_too(plain_pgn, tmp_path):
+    import bz2
+
+    data = plain_pgn.read_bytes()
+    packed = tmp_path / "games.pgn.bz2"
+    packed.write_bytes(bz2.compress(data))
+    index = game_index.build(packed, 12, [], seed=0, where=epath.Path(tmp_path / "index"))
+    assert index.digest == "sha256:" + hashlib.sha256(packed.read_bytes()).hexdigest()
+    streamed = list(stream.game_stream(plain_pgn, 12, ParseStats()))
+    assert index.game_ids == [g.game_id for g in streamed]
+    games, _ = game_index.shard_games(packed, index, 1, 0, ParseStats())
+    assert [g.moves for g in games] == [g.moves for g in streamed]
+
+
+def _strip(report: dict) -> dict:
+    for key in ("timings_s", "elapsed_s", "records", "shards", "games_file", "plots"):
+        report["meta"].pop(key, None)
+    report["meta"]["config"].pop("num_shards", None)
+    return report
+
+
+def test_four_tasks_on_a_zst_read_only_their_share(sample_pgn, tmp_path):
+    """4 tasks of one job on the bundled .zst: the first prepares the index and copy, the others
+    read the index and their own games' frames (together: the copy once), and the merged report
+    equals one process streaming the whole input."""
+    sysmod.register("first", _First)
+    try:
+        base = dict(systems=("first",), max_games=60, chunk_games=5, random_games=0,
+                    progress=False, plots=False)  # fmt: skip
+        for k in range(4):
+            ev.evaluate(None, sample_pgn, tmp_path / "job",
+                        ev.EvalConfig(**base, num_shards=4, shard_index=k))  # fmt: skip
+        single = ev.evaluate(None, sample_pgn, tmp_path / "one",
+                             ev.EvalConfig(**base, index_dir="none"))  # fmt: skip
+    finally:
+        sysmod._REGISTRY.pop("first")
+    merged = json.loads((tmp_path / "job" / "report.json").read_text())
+    one = json.loads((tmp_path / "one" / "report.json").read_text())
+    assert single is not None and _strip(merged) == _strip(one)
+    meta = json.loads((tmp_path / "job" / "records" / "index" / "index.json").read_text())
+    copy, compressed_size = meta["copy_bytes"], sample_pgn.stat().st_size
+    reads = []
+    for k in range(4):
+        name = f"records/shard-0000{k}-of-00004/manifest.json"
+        m = json.loads((tmp_path / "job" / name).read_text())
+        reads.append(m["input_bytes_read"])
+        one = json.loads(
+            (tmp_path / "one" / "records/shard-00000-of-00001/manifest.json").read_text()
+        )
+        assert m["job"]["games_file"] == one["job"]["games_file"]  # identity: the .zst's bytes
+    assert reads[0]["index_built"] and reads[0]["index"] == compressed_size
+    assert sum(r["games"] for r in reads) == copy  # every frame read once, by its own task
+    for r in reads:
+        assert 0 < r["games"] < copy / 2
+    for r in reads[1:]:  # the other tasks never read the compressed input beyond its two ends
+        assert not r["index_built"] and r["index"] < 2 * game_index.PROBE + 16_384

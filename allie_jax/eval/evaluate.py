@@ -90,8 +90,8 @@ class EvalConfig:
     plots: bool = True
     baseline: str | None = None  # compare every system with this one too (paired, same positions)
     cluster: str = "game"  # the report's bootstrap unit: "game" or "player"
-    # where the job's byte-offset index of the games lives (default RECORDS/index; "none": every
-    # task streams the whole input, as it must for compressed input)
+    # where the job's byte-offset index of the games lives (default RECORDS/index), with the
+    # seekable copy of a compressed input; "none": every task streams the whole input
     index_dir: str | None = None
 
     def __post_init__(self) -> None:
@@ -510,7 +510,10 @@ def evaluate(
         split = (1, 0)  # the games are this shard's already
 
         def bytes_read():
-            return {"index": index_bytes, "index_built": built, "games": shard_bytes()}
+            out = {"index": index_bytes, "index_built": built, "games": shard_bytes()}
+            if gindex.meta.get("copy"):  # a compressed input: the games come from the copy
+                out["copy_written"] = gindex.meta["copy_bytes"] if built else 0
+            return out
     else:
         games = stream.game_stream(games_path, cfg.max_games, stats)
         first = next(games, None)  # an empty or unreadable input fails here, before any write

@@ -7,17 +7,26 @@ the parse statistics; and the search / Stockfish subsamples (``stream.Selection`
 the same pass. A task then seeks to its own games and reads only their bytes, so with N tasks
 each reads about 1/N of the input instead of all of it (twice with a subsample).
 
-Only uncompressed input can be indexed this way (a .zst or .bz2 stream cannot seek); compressed
-input and stdin are streamed as before by every task (``stream.game_stream``).
+A compressed input (.zst, .bz2, .gz, .xz) cannot be read at an offset, so the same pass also
+prepares a seekable copy next to the index: each indexed game as its own zstd frame
+(``games.pgn.zst``, itself a valid zstd file of the kept games), and the offsets point into it.
+The job's identity stays the digest of the original compressed bytes (hashed in the same pass,
+to the end of the file), so the copy is a cache of the input, not a new input. Only stdin is
+streamed by every task (``stream.game_stream``).
 """
 
 from __future__ import annotations
 
+import bz2
 import dataclasses
+import gzip
 import hashlib
 import heapq
 import io
 import json
+import logging
+import lzma
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -31,12 +40,34 @@ from allie_jax.pgn import ParseStats, read_games
 
 FORMAT = 1
 COMPRESSED = (".zst", ".bz2", ".gz", ".xz")
+COPY = "games.pgn.zst"  # the seekable copy of a compressed input, one zstd frame per game
+HEARTBEAT_S = 60.0  # the builder refreshes its lock this often (a lock untouched is taken over)
 
 
 def indexable(path) -> bool:
-    """An uncompressed file (local or remote) that can be read at byte offsets."""
-    text = str(path)
-    return text != "-" and not text.endswith(COMPRESSED)
+    """A file (local or remote, plain or compressed): anything but stdin can be indexed."""
+    return str(path) != "-"
+
+
+def compressed(path) -> bool:
+    return str(path).endswith(COMPRESSED)
+
+
+def _decompressed(raw, path) -> io.BufferedIOBase:
+    """The decompressed bytes of ``raw`` (read through it, so its hash sees every byte)."""
+    name = str(path)
+    if name.endswith(".zst"):
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            raw, read_across_frames=True, closefd=False
+        )
+        return io.BufferedReader(reader, 1 << 20)
+    if name.endswith(".bz2"):
+        return bz2.BZ2File(raw)
+    if name.endswith(".gz"):
+        return gzip.GzipFile(fileobj=raw)
+    return lzma.LZMAFile(raw)
 
 
 @dataclasses.dataclass
@@ -98,10 +129,11 @@ def _parse_one(data: bytes, stats: ParseStats) -> Game | None:
 class GameIndex:
     """The index: where each usable game lies, and what the one pass learned."""
 
-    offsets: np.ndarray  # int64 byte offsets
+    offsets: np.ndarray  # int64 byte offsets (into the input, or into the copy: ``meta["copy"]``)
     lengths: np.ndarray  # int64 byte lengths
     game_ids: list[str]
-    meta: dict  # digest, bytes, parse stats, selections
+    meta: dict  # digest, bytes, parse stats, selections, the copy's name
+    where: epath.Path | None = None  # the index's directory (holds the copy of a compressed input)
 
     @property
     def digest(self) -> str:
@@ -115,39 +147,91 @@ class GameIndex:
     def parse_stats(self) -> dict:
         return self.meta["parse"]
 
+    def source(self, path) -> epath.Path:
+        """The file the offsets point into: the input itself, or the prepared copy."""
+        if self.meta.get("copy"):
+            if self.where is None:
+                raise ValueError("an index with a prepared copy needs its directory")
+            return epath.Path(self.where) / self.meta["copy"]
+        return epath.Path(path)
 
-def build(path, max_games: int, specs: Sequence[SubsampleSpec], seed: int) -> GameIndex:
-    """One pass over the file's bytes: offsets, ids, digest, parse statistics, subsamples."""
+
+def build(
+    path,
+    max_games: int,
+    specs: Sequence[SubsampleSpec],
+    seed: int,
+    *,
+    where: epath.Path | None = None,
+    heartbeat: Callable[[], None] | None = None,
+) -> GameIndex:
+    """One pass over the file's bytes: offsets, ids, digest, parse statistics, subsamples.
+
+    A compressed input is decompressed in the pass and its indexed games written, one zstd frame
+    each, to ``where/games.pgn.zst`` (``where`` is then required); the digest is of the
+    compressed bytes, the file's own identity. ``heartbeat`` is called now and then (the builder
+    refreshes its lock with it: a pass over a large file outlasts a lock's staleness window)."""
     sha = hashlib.sha256()
     stats = ParseStats()
     offsets, lengths, ids = [], [], []
     heaps: list[list[int]] = [[] for _ in specs]
     totals = [0 for _ in specs]
-    total_bytes = 0
+    packed = compressed(path)
+    if packed and where is None:
+        raise ValueError(f"{path}: indexing a compressed input needs a directory for its copy")
+    copy = cctx = None
+    copy_bytes = 0
+    beat = time.monotonic()
     with epath.Path(path).open("rb") as raw:
         f = _Hashing(raw, sha)
-        for offset, data in _game_texts(f):
-            if len(ids) >= max_games:
-                break
-            game = _parse_one(data, stats)
-            if game is None:
-                continue
-            offsets.append(offset)
-            lengths.append(len(data))
-            ids.append(game.game_id)
-            for j, spec in enumerate(specs):
-                if spec.count is None or spec.count == 0:
+        if packed:
+            import zstandard
+
+            cctx = zstandard.ZstdCompressor(level=3)
+            epath.Path(where).mkdir(parents=True, exist_ok=True)
+            copy = (epath.Path(where) / f".{COPY}.tmp").open("wb")
+        try:
+            texts = _game_texts(_decompressed(f, path) if packed else f)
+            for offset, data in _truncation_tolerant(texts, path, stats):
+                if len(ids) >= max_games:
+                    break
+                if heartbeat is not None and time.monotonic() - beat > HEARTBEAT_S:
+                    heartbeat()
+                    beat = time.monotonic()
+                game = _parse_one(data, stats)
+                if game is None:
                     continue
-                for i in spec.eligible(game):
-                    totals[j] += 1
-                    h = stream.position_hash(seed, spec.salt, game.game_id, int(i))
-                    if len(heaps[j]) < spec.count:
-                        heapq.heappush(heaps[j], -h)
-                    elif h < -heaps[j][0]:
-                        heapq.heapreplace(heaps[j], -h)
-        for piece in iter(lambda: f.read(8 << 20), b""):  # the rest, for the digest
-            del piece
+                if copy is not None:
+                    frame = cctx.compress(data)
+                    copy.write(frame)
+                    offset, size = copy_bytes, len(frame)
+                    copy_bytes += size
+                else:
+                    size = len(data)
+                offsets.append(offset)
+                lengths.append(size)
+                ids.append(game.game_id)
+                for j, spec in enumerate(specs):
+                    if spec.count is None or spec.count == 0:
+                        continue
+                    for i in spec.eligible(game):
+                        totals[j] += 1
+                        h = stream.position_hash(seed, spec.salt, game.game_id, int(i))
+                        if len(heaps[j]) < spec.count:
+                            heapq.heappush(heaps[j], -h)
+                        elif h < -heaps[j][0]:
+                            heapq.heapreplace(heaps[j], -h)
+            for piece in iter(lambda: f.read(8 << 20), b""):  # the rest, for the digest
+                del piece
+                if heartbeat is not None and time.monotonic() - beat > HEARTBEAT_S:
+                    heartbeat()
+                    beat = time.monotonic()
+        finally:
+            if copy is not None:
+                copy.close()
         total_bytes = f.count
+    if copy is not None:
+        (epath.Path(where) / f".{COPY}.tmp").replace(epath.Path(where) / COPY)
     selections = {}
     for j, spec in enumerate(specs):
         if spec.count is None:
@@ -170,7 +254,29 @@ def build(path, max_games: int, specs: Sequence[SubsampleSpec], seed: int) -> Ga
         "selections": selections,
         "probe": probe(path),
     }
-    return GameIndex(np.array(offsets, np.int64), np.array(lengths, np.int64), ids, meta)
+    if copy is not None:
+        meta.update(copy=COPY, copy_bytes=copy_bytes)
+    index = GameIndex(np.array(offsets, np.int64), np.array(lengths, np.int64), ids, meta)
+    index.where = epath.Path(where) if where is not None else None
+    return index
+
+
+def _truncation_tolerant(texts: Iterator[tuple[int, bytes]], path, stats: ParseStats):
+    """The games of a decompressed stream up to a cut (a truncated download): the games before
+    the cut are indexed, the cut one is counted as ``truncated``, as the streaming reader does."""
+    try:
+        yield from texts
+    except (EOFError, OSError) as e:
+        logging.getLogger(__name__).warning(
+            "%s: the compressed stream is cut short (%s); the games before the cut are indexed",
+            path,
+            e,
+        )
+        stats.dropped["truncated"] = stats.dropped.get("truncated", 0) + 1
+    except Exception as e:  # zstandard.ZstdError is neither: a cut frame or not zstd at all
+        if type(e).__name__ != "ZstdError":
+            raise
+        raise ValueError(f"cannot read PGN input {str(path)!r}: {e}") from e
 
 
 class _Hashing:
@@ -185,11 +291,18 @@ class _Hashing:
             self.count += len(line)
             yield line
 
-    def read(self, n: int) -> bytes:
+    def read(self, n: int = -1) -> bytes:
         data = self.raw.read(n)
         self.sha.update(data)
         self.count += len(data)
         return data
+
+    def readable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return False
 
 
 def save(index: GameIndex, where: epath.Path) -> None:
@@ -209,6 +322,7 @@ def save(index: GameIndex, where: epath.Path) -> None:
     tmp = where / ".index.json.tmp"
     tmp.write_text(json.dumps(index.meta, sort_keys=True))
     tmp.replace(where / "index.json")  # last: its presence says the index is whole
+    index.where = where
 
 
 def load(where: epath.Path) -> tuple[GameIndex, int]:
@@ -221,6 +335,7 @@ def load(where: epath.Path) -> tuple[GameIndex, int]:
         t.column("length").to_numpy().astype(np.int64),
         t.column("game_id").to_pylist(),
         json.loads(meta_text),
+        where=where,
     )
     return index, len(data) + len(meta_text)
 
@@ -238,8 +353,8 @@ def shared_index(
         lock.acquire(wait=True)
         try:
             if not (where / "index.json").exists():
-                index = build(path, max_games, specs, seed)
-                if index.game_ids:  # an input without a usable game leaves nothing behind
+                index = build(path, max_games, specs, seed, where=where, heartbeat=lock.touch)
+                if index.game_ids:  # an input without a usable game leaves no index behind
                     save(index, where)
                 return index, int(index.meta["bytes"]), True
         finally:
@@ -264,23 +379,32 @@ def shared_index(
 def shard_games(
     path, index: GameIndex, num_shards: int, shard_index: int, stats: ParseStats
 ) -> tuple[Iterator[Game], Callable[[], int]]:
-    """This shard's games, in input order, read at their offsets; and a counter of the bytes
-    read so far."""
+    """This shard's games, in input order, read at their offsets (in the input, or in the
+    prepared copy of a compressed input); and a counter of the bytes read so far."""
     mine = [
         i for i, gid in enumerate(index.game_ids) if stream.shard_of(gid, num_shards) == shard_index
     ] if num_shards > 1 else list(range(len(index.game_ids)))  # fmt: skip
     count = [0]
+    source = index.source(path)
+    framed = bool(index.meta.get("copy"))
 
     def games() -> Iterator[Game]:
-        with epath.Path(path).open("rb") as f:
+        dctx = None
+        if framed:
+            import zstandard
+
+            dctx = zstandard.ZstdDecompressor()
+        with source.open("rb") as f:
             for i in mine:
                 f.seek(int(index.offsets[i]))
                 data = f.read(int(index.lengths[i]))
                 count[0] += len(data)
+                if dctx is not None:
+                    data = dctx.decompress(data)
                 game = _parse_one(data, stats)
                 if game is None or game.game_id != index.game_ids[i]:
                     raise ValueError(
-                        f"{path}: the game at byte {index.offsets[i]} is not the indexed "
+                        f"{source}: the game at byte {index.offsets[i]} is not the indexed "
                         f"{index.game_ids[i]!r}; the file changed since it was indexed"
                     )
                 yield game
