@@ -188,6 +188,8 @@ def test_value_think_time_legal_blocks_crafted():
     assert tt["positions"] == 3
     x, y = np.array([2.0, 9.0, 4.0]), np.array([1.0, 60.0, 3.0])
     assert tt["pearson_r"]["r"] == pytest.approx(np.corrcoef(x, y)[0, 1])
+    assert tt["pearson_r"]["games"] == 2  # its interval resamples the two games, not 3 positions
+    assert value["overall"]["games"] == 2 and value["overall"]["n"] == 6
     legal = report["legal"]["human"]  # the final boards are not scored
     assert legal["all"]["top_legal"]["successes"] == 3 and legal["all"]["top_legal"]["n"] == 4
     assert legal["all"]["invalid_mass"]["value"] == pytest.approx(0.15)

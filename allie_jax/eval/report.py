@@ -2,7 +2,8 @@
 
 Rates print as percentages with their 95 % interval, clustered by game (or by player: the report's
 ``meta.cluster``); a cell resting on fewer than 30 games is marked ‡. Paired differences print in
-percentage points. Correlations print as r [lo, hi] (Fisher). Anything that could not be measured
+percentage points. Correlations print as r [lo, hi] with the same cluster bootstrap (a whole
+game, or player, resampled at once), and the games they rest on. Anything that could not be measured
 (no positions, constant series) prints as "–".
 """
 
@@ -77,7 +78,9 @@ def corr(c: dict | None) -> str:
         return "–"
     lo, hi = c["ci95"]
     ci = f" [{lo:.3f}, {hi:.3f}]" if _ok(lo) and _ok(hi) else ""
-    return f"{c['r']:.3f}{ci} (n={c['n']:,})"
+    games = c.get("games")
+    on = f", {games:,} games" if isinstance(games, int) else ""
+    return f"{c['r']:.3f}{ci}{_few(c)} (n={c['n']:,}{on})"
 
 
 def _num(x, fmt: str = ".2f") -> str:
@@ -103,8 +106,9 @@ def to_markdown(report: dict) -> str:
         lines += [f"> **Warning:** {w}", ""]
     if meta.get("intervals"):
         lines += [
-            f"Intervals of rates and means: {meta['intervals']}; ‡ marks a cell on fewer than "
-            f"{FEW}. Correlations: Fisher's interval over positions.",
+            f"Intervals of rates, means and correlations: {meta['intervals']}; ‡ marks a cell on "
+            f"fewer than {FEW}. A correlation's interval resamples whole clusters (its positions "
+            "are not independent draws), so it is wider than Fisher's interval over positions.",
             "",
         ]
 

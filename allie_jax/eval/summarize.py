@@ -9,7 +9,9 @@ sharding give the same numbers.
 
 Every interval of a rate or a mean is a cluster bootstrap: clusters are games (default) or, with
 ``cluster="player"``, the player who moved (positions of one game, or of one player, are not
-independent). Correlations keep Fisher's interval over positions.
+independent). Correlations too: their interval is the same cluster bootstrap, from per-cluster
+sums of x, y, x², y², xy and n (Fisher's interval over positions would treat the positions of a
+game as independent draws and come out too narrow).
 
 What each number is computed on (the paper's protocol, SPEC §5):
 - move matching: rows where a human move was made, after ply ``min_ply``, with at least
@@ -221,12 +223,13 @@ def reduce_human(tally: Tally, table: pa.Table, spec: Spec) -> None:
                 c.get("policy", "value")[m],
                 c.result[m],
             )
-            _moments(tally, ("sf", "sf_outcome"), sf, out)
-            _moments(tally, ("sf", "value_outcome"), allie, out)
-            _moments(tally, ("sf", "value_sf"), allie, sf)
+            _moments(tally, ("sf", "sf_outcome"), cl[m], sf, out)
+            _moments(tally, ("sf", "value_outcome"), cl[m], allie, out)
+            _moments(tally, ("sf", "value_sf"), cl[m], allie, sf)
             dec = metrics.progress_decile(c.ply[m], c.num_moves[m])
             for d in range(10):
-                _moments(tally, ("sf_decile", d), sf[dec == d], out[dec == d])
+                k = dec == d
+                _moments(tally, ("sf_decile", d), cl[m][k], sf[k], out[k])
 
 
 def reduce_random(tally: Tally, table: pa.Table) -> None:
@@ -249,13 +252,15 @@ def _legal(tally: Tally, c: Columns, cl: np.ndarray, source: str) -> None:
         tally.add(("legal", source, subset, "inv"), cl[mask], inv[mask])
 
 
-def _moments(tally: Tally, name, x: np.ndarray, y: np.ndarray) -> None:
-    """Exact sums of n, x, y, x², y², xy (a correlation that does not depend on the chunking)."""
+def _moments(tally: Tally, name, cl: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    """Exact sums of n, x, y, x², y², xy (a correlation that does not depend on the chunking),
+    and the same sums per cluster (its cluster-bootstrap interval)."""
     x = np.asarray(x, np.float64)
     y = np.asarray(y, np.float64)
     tally.add_count((name, "n"), x.size)
     for k, v in (("x", x), ("y", y), ("xx", x * x), ("yy", y * y), ("xy", x * y)):
         tally.add_sum((name, k), v)
+    tally.add_moments(name, cl, x, y)
 
 
 def _reduce_policy(tally: Tally, c: Columns, cl: np.ndarray, source: str) -> None:
@@ -266,7 +271,7 @@ def _reduce_policy(tally: Tally, c: Columns, cl: np.ndarray, source: str) -> Non
     pred = c.get("policy", "think_time")[rows]
     pred = np.nan_to_num(pred)
     human = np.clip(c.human_think[rows], 0.0, 60.0)
-    _moments(tally, ("think",), pred, human)
+    _moments(tally, ("think",), cl[rows], pred, human)
     edges = np.asarray(THINK_TIME_EDGES, np.float64)
     which = np.clip(np.searchsorted(edges, human, side="right") - 1, 0, len(edges) - 2)
     size = int(THINK_MAX / THINK_RESOLUTION) + 1
@@ -285,10 +290,11 @@ def _reduce_policy(tally: Tally, c: Columns, cl: np.ndarray, source: str) -> Non
     # value vs outcome
     rows = scored & ~np.isnan(c.result)
     v, o = c.get("policy", "value")[rows], c.result[rows]
-    _moments(tally, ("value",), v, o)
+    _moments(tally, ("value",), cl[rows], v, o)
     dec = metrics.progress_decile(c.ply[rows], c.num_moves[rows])
     for d in range(10):
-        _moments(tally, ("value_decile", d), v[dec == d], o[dec == d])
+        k = dec == d
+        _moments(tally, ("value_decile", d), cl[rows][k], v[k], o[k])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -321,7 +327,7 @@ class Reader:
     def pearson(self, name) -> dict:
         t = self.t
         n = t.counts.get((name, "n"), 0)
-        nan = {"r": math.nan, "ci95": [math.nan, math.nan], "n": n}
+        nan = {"r": math.nan, "ci95": [math.nan, math.nan], "n": n, "games": 0}
         if n < 2:
             return nan
         sx, sy = t.total((name, "x")), t.total((name, "y"))
@@ -333,14 +339,8 @@ class Reader:
         ):
             return nan
         r = float(np.clip(cov / math.sqrt(vx * vy), -1.0, 1.0))
-        if n <= 3 or abs(r) == 1.0:
-            return {"r": r, "ci95": [r, r] if abs(r) == 1.0 else [math.nan, math.nan], "n": n}
-        z, se = math.atanh(r), 1.0 / math.sqrt(n - 3)
-        return {
-            "r": r,
-            "ci95": [math.tanh(z - metrics.Z95 * se), math.tanh(z + metrics.Z95 * se)],
-            "n": n,
-        }
+        lo, hi, games = t.correlation(name, num_resamples=self.r, seed=self.seed)
+        return {"r": r, "ci95": [lo, hi], "n": n, "games": games}
 
 
 def _stats_of(tally: Tally, kind: str) -> list[tuple]:

@@ -8,6 +8,10 @@ weighs every cluster by an independent Poisson(1) count, so positions of one gam
 move together, and the interval reflects that they are not independent. Memory is bounded by the
 number of (cluster, statistic) pairs, which grows with games, not positions; time is linear.
 
+A correlation is bootstrapped the same way, from per-cluster sums of x, y, x², y², xy and n
+(``add_moments``): each replicate's r comes from its weighted cluster sums. Its point estimate
+comes from exact global sums.
+
 The result does not depend on how the records were sharded or chunked: clusters are ordered by
 their key before the bootstrap, a game's sums are formed over its rows in ply order, and sums
 that span chunks (correlation moments) are exact (``ExactSum``).
@@ -23,6 +27,7 @@ import numpy as np
 
 NUM_RESAMPLES = 1000
 BLOCK = 4096  # clusters per bootstrap block (weights: NUM_RESAMPLES × BLOCK float32)
+MOMENTS = ("moments_x_y", "moments_xx_yy", "moments_xy_n")  # add_moments' three stat suffixes
 
 
 class ExactSum:
@@ -131,6 +136,17 @@ class Tally:
             )
         )
 
+    def add_moments(
+        self, name: Hashable, clusters: np.ndarray, x: np.ndarray, y: np.ndarray
+    ) -> None:
+        """Per-cluster sums of x, y, x², y², xy and n for a correlation's cluster bootstrap
+        (``correlation``), kept as three (num, den) pairs: (Σx, Σy), (Σx², Σy²), (Σxy, n)."""
+        x = np.asarray(x, np.float64)
+        y = np.asarray(y, np.float64)
+        self.add((name, MOMENTS[0]), clusters, x, y)
+        self.add((name, MOMENTS[1]), clusters, x * x, y * y)
+        self.add((name, MOMENTS[2]), clusters, x * y, np.ones(x.shape))
+
     def add_sum(self, name: Hashable, values: np.ndarray) -> None:
         self.sums.setdefault(name, ExactSum()).add(values)
 
@@ -230,6 +246,32 @@ class Tally:
             ratios = bn[ok, s] / bd[ok, s]
             lo, hi = (float(v) for v in np.quantile(ratios, [0.025, 0.975]))
         return Interval(value, lo, hi, float(tn[s]), float(td[s]), int(cl[s]))
+
+    def correlation(
+        self, name: Hashable, *, num_resamples: int = NUM_RESAMPLES, seed: int = 0
+    ) -> tuple[float, float, int]:
+        """The 95 % percentile cluster-bootstrap interval of Pearson's r from ``add_moments``
+        sums, and the clusters that have a pair: whole clusters are resampled, so positions of one
+        game (strongly correlated with each other) count as one draw, not as many. NaN when
+        fewer than two clusters or no spread."""
+        keys = [(name, k) for k in MOMENTS]
+        if any(k not in self.stat_ids for k in keys):
+            return math.nan, math.nan, 0
+        _, _, _, cl, bn, bd = self._finalize(num_resamples, seed)
+        a, b, c = (self.stat_ids[k] for k in keys)
+        clusters = int(cl[c])
+        if clusters < 2:
+            return math.nan, math.nan, clusters
+        sx, sy, sxx, syy, sxy, n = bn[:, a], bd[:, a], bn[:, b], bd[:, b], bn[:, c], bd[:, c]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            vx = sxx - sx * sx / n
+            vy = syy - sy * sy / n
+            r = (sxy - sx * sy / n) / np.sqrt(vx * vy)
+        ok = (n > 1) & (vx > 1e-9 * np.abs(sxx)) & (vy > 1e-9 * np.abs(syy)) & np.isfinite(r)
+        if not ok.any():
+            return math.nan, math.nan, clusters
+        lo, hi = np.quantile(np.clip(r[ok], -1.0, 1.0), [0.025, 0.975])
+        return float(lo), float(hi), clusters
 
     def total(self, name: Hashable) -> float:
         s = self.sums.get(name)
