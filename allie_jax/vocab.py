@@ -9,8 +9,10 @@ model turns it into a soft token by interpolating two learned vectors.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy loads with the table: a UCI engine answers `uci` before it is imported
+    import numpy as np
 
 FILES = "abcdefgh"
 PROMOTION_PIECES = "qrbn"
@@ -114,6 +116,8 @@ def encode_elo(elo: float) -> int:
 @functools.cache
 def move_table() -> np.ndarray:
     """int32 [1968, 3]: from-square, to-square (0 = a1 .. 63 = h8) and promotion (0 none, 1..4 qrbn)."""
+    import numpy as np
+
     table = np.zeros((NUM_MOVES, 3), dtype=np.int32)
     for i, move in enumerate(MOVES):
         frm = FILES.index(move[0]) + 8 * (int(move[1]) - 1)

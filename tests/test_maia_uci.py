@@ -14,7 +14,7 @@ from allie_jax.baselines import lc0_moves
 from allie_jax.baselines.lc0_planes import GameEncoder
 from allie_jax.baselines.maia import MaiaSet
 from allie_jax.game import Game
-from tests import maia_support
+from tests.support import maia_support
 
 MAIA_DIR = maia_support.DEFAULT_MAIA_DIR.resolve()
 
@@ -84,6 +84,47 @@ def test_maia_plays_from_a_fen_with_the_history_filled():
     assert max(pred.move_probs, key=pred.move_probs.get) == best.uci()
     d = engine.play([Game(moves=[])], "policy", 0, start_fens=[fen], temperature=0.0)[0]
     assert d.move == best.uci() and d.path == "prior" and "FEN" in d.note
+
+
+def test_fen_move_follows_the_one_move_rule_at_a_temperature():
+    """From a FEN at Temperature T, Maia's move is drawn from p^(1/T) (p: Maia's legal softmax,
+    recomputed here from the raw network, not from the engine) by ``decision.draw_moves`` with
+    the play's key: the reported policy is that distribution and each seed's move is the rule's
+    draw from it, so the moves have the rule's distribution."""
+    import jax
+
+    from allie_jax.baselines.maia_uci import load_maia_uci
+    from allie_jax.search import decision
+
+    engine = load_maia_uci(f"maia:{MAIA_DIR}:policy:1500")
+    fen = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
+    board = chess.Board(fen)
+    legal = list(board.legal_moves)
+    pol, _ = MaiaSet(str(MAIA_DIR)).predictor(1500)(GameEncoder([], board).encode(0)[None])
+    logits = np.array([pol[0, lc0_moves.lc0_move_index(board, m)] for m in legal], np.float64)
+    ucis = [m.uci() for m in legal]
+    game = Game(moves=[])
+    for t in (0.5, 2.0):
+        w = np.exp((logits - logits.max()) / t)
+        expected = dict(zip(ucis, w / w.sum(), strict=True))
+        ids = np.array([vocab.MOVE_TO_ID[m] for m in ucis])
+        policy = np.zeros((1, vocab.NUM_MOVES), np.float32)
+        policy[0, ids] = [expected[m] for m in ucis]
+        moves = set()
+        for seed in range(6):
+            d = engine.play([game], "policy", seed, start_fens=[fen], temperature=t)[0]
+            assert d.policy == pytest.approx(expected, abs=1e-5)
+            assert d.path == "prior" and "FEN" in d.note
+            key = jax.random.fold_in(decision.as_jax_key(seed), 0)  # the play's key for row 0
+            drawn = decision.draw_moves(policy, policy > 0, np.zeros(1, bool), key)
+            assert d.move == vocab.MOVES[int(drawn[0])], (t, seed)
+            moves.add(d.move)
+        assert len(moves) > 1  # drawn, not the argmax
+    # Temperature 0: the argmax, whatever the seed
+    best = ucis[int(np.argmax(logits))]
+    for seed in range(3):
+        d = engine.play([game], "policy", seed, start_fens=[fen], temperature=0.0)[0]
+        assert d.move == best
 
 
 def test_uci_plays_legal_moves_and_multipv():

@@ -14,22 +14,23 @@ start_fens=..., <clock kwargs>, **overrides)``, ``predict([game], start_fens=...
 - Maia reads boards, so a position set up from a FEN is played directly: the missing history is
   filled by repeating the position, as lc0 does (``lc0_planes.GameEncoder``). Maia's search walks
   games from the standard start, so from a FEN every preset plays Maia's policy (said in the
-  decision's note).
+  decision's note), its move drawn by the package's one move rule (``search/decision.py``) at
+  the UCI ``Temperature``, as every other family's budget-0 move is.
 
-This module imports no JAX at import time (``launch.uci`` checks a spec before answering ``uci``).
+This module imports only the standard library at import time (``launch.uci`` checks a spec
+before answering ``uci``, which must not wait for numpy, python-chess or JAX).
 """
 
 from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import chess
-import numpy as np
+if TYPE_CHECKING:
+    import chess
 
-from allie_jax import vocab
-from allie_jax.game import Game
+    from allie_jax.game import Game
 
 MAIA_PRESETS = ("policy", "greedy", "search", "gumbel")  # maia_player.PRESETS (it starts JAX)
 
@@ -56,6 +57,8 @@ def spec_error(spec: str) -> str | None:
 
 
 def _board(game: Game, fen: str | None) -> chess.Board:
+    import chess
+
     board = chess.Board(fen) if fen else chess.Board()
     for uci in game.moves:
         board.push_uci(uci)
@@ -103,39 +106,56 @@ class MaiaUciEngine:
 
         import jax
 
+        from allie_jax.search import decision
+
         fens = list(start_fens) if start_fens is not None else [None] * len(games)
         player = self._player(preset)
         # greedy: Maia's most probable move at any Temperature (from a FEN too)
         greedy = self.preset_for(preset) == "greedy"
         t = 0.0 if sampling == "argmax" or greedy else float(temperature)
         player.temperature = t
-        key = rng if isinstance(rng, jax.Array) else jax.random.key(int(rng))
+        key = decision.as_jax_key(rng)
         out: list[Any] = [None] * len(games)
         std = [i for i, f in enumerate(fens) if f is None]
         if std:
             played = player.play([games[i] for i in std], key)
             for i, d in zip(std, played, strict=True):
                 out[i] = dataclasses.replace(d, path="search" if d.sims > 0 else "prior")
-        seed = int(np.asarray(jax.random.key_data(key)).ravel()[-1])
-        np_rng = np.random.default_rng(seed)
         for i, fen in enumerate(fens):
             if fen is None:
                 continue
-            out[i] = self._from_fen(games[i], fen, t, np_rng, player)
+            out[i] = self._from_fen(games[i], fen, jax.random.fold_in(key, i), player)
         return out
 
-    def _from_fen(self, game: Game, fen: str, temperature: float, np_rng, player) -> Any:
-        """Maia's policy move on a position set up from a FEN (history filled as lc0 does)."""
+    def _from_fen(self, game: Game, fen: str, key: Any, player: Any) -> Any:
+        """Maia's policy move on a position set up from a FEN (history filled as lc0 does),
+        drawn by the package's one move rule (``decision.policy_step``) at the player's
+        temperature and sampling, exactly as a budget-0 move from the standard start is."""
+        import numpy as np
+
+        from allie_jax import vocab
         from allie_jax.engine.api import Decision
+        from allie_jax.search import decision
 
         pred = self.predict([game], start_fens=[fen])[0]
-        moves = list(pred.move_probs)
-        p = np.asarray([pred.move_probs[m] for m in moves], np.float64)
-        if temperature > 0:
-            w = p ** (1.0 / temperature)
-            move = moves[int(np_rng.choice(len(moves), p=w / w.sum()))]
-        else:
-            move = moves[int(np.argmax(p))]
+        config = player.search_config
+        # Maia's legal softmax as logits: log p differs from its raw logits by a constant, which
+        # neither the tempered softmax nor the argmax sees
+        logits = np.full((1, vocab.VOCAB_SIZE), -1e9, np.float32)
+        legal = np.zeros((1, vocab.NUM_MOVES), bool)
+        for move, prob in pred.move_probs.items():
+            logits[0, vocab.MOVE_TO_ID[move]] = np.log(max(prob, 1e-38))
+            legal[0, vocab.MOVE_TO_ID[move]] = True
+        res = decision.policy_step_jit(
+            logits,
+            legal,
+            np.zeros(1, np.float32),
+            decision.argmax_rows(config, [game]),
+            key,
+            config=config,
+        )
+        move = vocab.MOVES[int(res["move_id"][0])]
+        tempered = np.asarray(res["policy"][0])
         note = "maia read the position from the FEN (history filled by repeating it, as lc0)"
         if player.config is not None:
             note += "; its search needs the game from the standard start: policy played"
@@ -145,7 +165,7 @@ class MaiaUciEngine:
             value=pred.value_white,
             resigned=False,
             sims=0,
-            policy=dict(pred.move_probs),
+            policy={m: float(tempered[vocab.MOVE_TO_ID[m]]) for m in pred.move_probs},
             note=note,
             path="prior",
         )
@@ -153,11 +173,13 @@ class MaiaUciEngine:
     def warmup(self, preset: str = "policy", batch_size: int = 1, **overrides: Any) -> int:
         """Run every network call a move under ``preset`` makes once (at ``isready``), so the
         first move does not spend its clock compiling: the prior, the move, a FEN start."""
+        from allie_jax.game import Game
+
         game = Game(moves=["e2e4"], white_elo=1500, black_elo=1500)
         self.predict([game])
         self.play([game], preset, 0, **overrides)
         fen = "rnbqkbnr/pppp1ppp/8/4p3/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 2"
-        self.predict([Game(moves=[], white_elo=1500, black_elo=1500)], start_fens=[fen])
+        self.play([Game(moves=[], white_elo=1500, black_elo=1500)], preset, 0, start_fens=[fen])
         return 3
 
     def root_prior(self, game: Game, fen: str | None = None) -> Any:
@@ -175,6 +197,10 @@ class MaiaUciEngine:
         self, games: Sequence[Game], start_fens: Sequence[str | None] | None = None
     ) -> list[Any]:
         """Maia's softmax over the legal moves and its W−L (White's view) for each game."""
+        import chess
+        import numpy as np
+
+        from allie_jax import vocab
         from allie_jax.baselines.eval_systems import vocab_policy
         from allie_jax.baselines.lc0_planes import GameEncoder
         from allie_jax.engine.api import Prediction

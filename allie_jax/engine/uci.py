@@ -56,15 +56,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
-import chess
-
+# Only the standard library and light modules of this package at import: ``uciok`` goes out
+# before python-chess, numpy or JAX load (each function imports python-chess where it needs it).
 from allie_jax import vocab
 from allie_jax.engine.pacing import remaining_wait
 from allie_jax.engine.time_manager import MOVE_OVERHEAD_S, Clock, FinishReserve, MovePlan
-from allie_jax.game import Game
 
 if TYPE_CHECKING:
+    import chess
+
     from allie_jax.engine.api import Allie, Decision, Prediction
+    from allie_jax.game import Game
 
 # the SearchConfig modes (allie_jax.search.config.MODES; not imported here: that starts JAX)
 PRESETS = ("policy", "greedy", "search", "adaptive", "gumbel", "gumbel-adaptive")
@@ -270,7 +272,20 @@ def value_to_wdl(value_stm: float) -> tuple[int, int, int]:
 class _Position:
     start_fen: str | None  # None: the standard start
     moves: list[str]
-    board: chess.Board
+    known_board: chess.Board | None = None  # None: replayed when first read
+
+    @property
+    def board(self) -> chess.Board:
+        """The board after the moves (the handler's first position builds it on first use, so
+        python-chess is not imported before ``uciok``)."""
+        if self.known_board is None:
+            import chess
+
+            board = chess.Board(self.start_fen) if self.start_fen else chess.Board()
+            for move in self.moves:
+                board.push_uci(move)
+            self.known_board = board
+        return self.known_board
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,7 +381,7 @@ class UciHandler:
         self._answer_lock = threading.Lock()
         self._answered_go = 0  # the last go whose bestmove is out
         self.options = Options()
-        self._position = _Position(None, [], chess.Board())
+        self._position = _Position(None, [])
         self._tc: str | None = None  # inferred at the first go of a game
         self._game_id = self._new_game_id()
         self._go_count = 0
@@ -505,11 +520,13 @@ class UciHandler:
             self.send(f"info string bad value for {key}: {exc}")
 
     def _cmd_ucinewgame(self, args: list[str]) -> None:
-        self._position = _Position(None, [], chess.Board())
+        self._position = _Position(None, [])
         self._tc = None
         self._game_id = self._new_game_id()
 
     def _cmd_position(self, args: list[str]) -> None:
+        import chess
+
         if not args:
             self.send("info string position needs startpos or fen")
             return
@@ -572,6 +589,8 @@ class UciHandler:
         thread.start()
 
     def _cmd_go(self, args: list[str]) -> None:
+        import chess
+
         t0 = time.monotonic()
         if self.thinking:
             self.send("info string already thinking; go ignored")
@@ -622,6 +641,8 @@ class UciHandler:
         """Answer now if the worker has not (after ``stop`` or at the limit): the search's most
         visited move so far, else the root prior's most likely move (waiting for that one
         forward if it is still running). Never a move the model did not choose."""
+        import chess
+
         if not self._current(go):
             return
         move, what = None, ""
@@ -704,6 +725,10 @@ class UciHandler:
         return (me, oppo) if white_to_move else (oppo, me)
 
     def _game_for(self, pos: _Position, params: GoParams) -> Game:
+        import chess
+
+        from allie_jax.game import Game
+
         white = pos.board.turn == chess.WHITE
         if self.options.time_control:
             tc = vocab.normalize_time_control(self.options.time_control)
@@ -850,6 +875,8 @@ class UciHandler:
 
     def _progress(self, go: _Go, sims: int, moves: list[str]) -> None:
         """Each chunk's best move (for a forced answer) and, twice a second, an ``info`` line."""
+        import chess
+
         go.interim = (sims, moves[0])
         now = time.monotonic()
         if now - go.last_info >= INFO_EVERY_S:
@@ -928,6 +955,8 @@ class UciHandler:
         return dataclasses.replace(d, path="prior")
 
     def _report(self, go: _Go, d: Decision, extra: list[tuple[str, float]]) -> None:
+        import chess
+
         board = go.pos.board
         sign = 1.0 if board.turn == chess.WHITE else -1.0
         elapsed = time.monotonic() - go.start
@@ -976,6 +1005,8 @@ def root_prior(allie: Any, game: Game, fen: str | None) -> Prediction:
 
 def replay_board_light(game: Game, fen: str | None) -> chess.Board:
     """The board after ``game.moves`` from ``fen`` (or the start); moves are known legal."""
+    import chess
+
     board = chess.Board(fen) if fen else chess.Board()
     for uci in game.moves:
         board.push_uci(uci)
