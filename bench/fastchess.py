@@ -10,6 +10,11 @@ limit; the PGN's termination gives the time losses.
 
     flock /work/bench.lock .venv/bin/python bench/fastchess.py --fastchess /tmp/fastchess/fastchess \\
         --checkpoint DIR --tc 10+0.1 --games 20 --book epd
+
+fastchess's ``tc`` is in seconds: a 1+0 game (one minute, no increment) is ``--tc 60+0``. By
+default each of ``games/2`` openings is played twice, once with each colour; ``--once`` plays
+``games`` openings once each, colours alternating. The load average is sampled every 30 s while
+fastchess runs (the robustness runs are meant to see whatever load the box has).
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ from __future__ import annotations
 import argparse
 import collections
 import io
+import os
 import pathlib
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import chess
@@ -83,7 +90,15 @@ def main() -> None:
     parser.add_argument("--stockfish", default="/usr/games/stockfish")
     parser.add_argument("--out", default=None)
     parser.add_argument("--timeout_s", type=float, default=6 * 3600)
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="play each of `games` openings once, colours alternating (default: games/2 "
+        "openings, each with both colours)",
+    )
     args = parser.parse_args()
+    if args.once and args.games > 20:
+        parser.error(f"--games {args.games}: the book holds 20 positions; --once plays at most 20")
 
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="fastchess-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -105,11 +120,11 @@ def main() -> None:
         "option.UCI_Elo=1350",
         "-each",
         f"tc={args.tc}",
-        "-rounds",
-        str(max(1, args.games // 2)),
-        "-games",
-        "2",
-        "-repeat",
+        *(
+            ["-rounds", str(args.games), "-games", "1"]  # game ids alternate the colours
+            if args.once
+            else ["-rounds", str(max(1, args.games // 2)), "-games", "2", "-repeat"]
+        ),
         "-openings",
         f"file={books[args.book]}",
         f"format={args.book}",
@@ -129,6 +144,15 @@ def main() -> None:
         "-ping-ms",
         "1800000",
     ]
+    loads: list[tuple[float, float, float]] = [os.getloadavg()]
+    done = threading.Event()
+
+    def sample_load() -> None:
+        while not done.wait(30.0):
+            loads.append(os.getloadavg())
+
+    sampler = threading.Thread(target=sample_load, daemon=True)
+    sampler.start()
     t = time.monotonic()
     proc = subprocess.Popen(
         # fastchess writes its config.json into its working directory: keep it with the output
@@ -145,6 +169,10 @@ def main() -> None:
         stdout, _ = proc.communicate()
         stdout += f"\n(stopped after {args.timeout_s} s)"
     wall = time.monotonic() - t
+    done.set()
+    loads.append(os.getloadavg())
+    one_minute = [x[0] for x in loads]
+    (out / "load.txt").write_text("".join(f"{a:.2f} {b:.2f} {c:.2f}\n" for a, b, c in loads))
     (out / "stdout.txt").write_text(stdout)
     paths: collections.Counter = collections.Counter()
     worst, worst_line = -1e9, ""
@@ -184,6 +212,11 @@ def main() -> None:
         f"moves over their limit (engine clock): {over_limit}; worst elapsed - limit: {worst:+.3f} s"
     )
     print(f"  {worst_line[:200]}")
+    print(
+        f"load average (1 min, every 30 s): start {one_minute[0]:.1f}, end {one_minute[-1]:.1f}, "
+        f"min {min(one_minute):.1f}, max {max(one_minute):.1f}, "
+        f"mean {sum(one_minute) / len(one_minute):.1f}"
+    )
     print(f"logs: {out}")
     if proc.returncode != 0:
         print(stdout[-2000:])
