@@ -81,8 +81,9 @@ def write_books(games: list[list[chess.Move]], where: pathlib.Path) -> dict[str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--fastchess", required=True)
-    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--fastchess")
+    parser.add_argument("--checkpoint")
+    parser.add_argument("--report", help="only summarize the run in this folder (its --out)")
     parser.add_argument("--tc", default="10+0.1")
     parser.add_argument("--games", type=int, default=20)
     parser.add_argument("--book", choices=("epd", "pgn"), default="epd")
@@ -97,6 +98,11 @@ def main() -> None:
         "openings, each with both colours)",
     )
     args = parser.parse_args()
+    if args.report:
+        print("\n".join(summarize(pathlib.Path(args.report))))
+        return
+    if not args.fastchess or not args.checkpoint:
+        parser.error("--fastchess and --checkpoint are required (or --report DIR)")
     if args.once and args.games > 20:
         parser.error(f"--games {args.games}: the book holds 20 positions; --once plays at most 20")
 
@@ -171,14 +177,29 @@ def main() -> None:
     wall = time.monotonic() - t
     done.set()
     loads.append(os.getloadavg())
-    one_minute = [x[0] for x in loads]
     (out / "load.txt").write_text("".join(f"{a:.2f} {b:.2f} {c:.2f}\n" for a, b, c in loads))
     (out / "stdout.txt").write_text(stdout)
+    print(f"fastchess rc {proc.returncode}, {args.tc} ({args.book} book), {wall:.0f} s")
+    for line in summarize(out):
+        print(line)
+    if proc.returncode != 0:
+        print(stdout[-2000:])
+
+
+def summarize(out: pathlib.Path) -> list[str]:
+    """The figures of one run from its folder (fastchess.log, games.pgn, load.txt).
+
+    Allie's own ``info string move ... limit L elapsed E`` gives its clock's view; fastchess's
+    PGN comments give the GUI's view of each move's time, paired with the engine's limits in
+    order (one game at a time, so both list Allie's moves in the same order).
+    """
+    log, pgn_out = out / "fastchess.log", out / "games.pgn"
     paths: collections.Counter = collections.Counter()
     worst, worst_line = -1e9, ""
     over_limit = 0
+    limits: list[float | None] = []
     pattern = re.compile(
-        r"info string move (\S+) path (\S+).*?(?:limit ([\d.]+)s)? elapsed ([\d.]+)s"
+        r"allie ---> info string move (\S+) path (\S+).*?(?:limit ([\d.]+)s)? elapsed ([\d.]+)s"
     )
     text = log.read_text(errors="replace") if log.exists() else ""
     for line in text.splitlines():
@@ -186,40 +207,62 @@ def main() -> None:
         if not m:
             continue
         paths[m.group(2)] += 1
+        limits.append(float(m.group(3)) if m.group(3) else None)
         if m.group(3):
             late = float(m.group(4)) - float(m.group(3))
             over_limit += late > 0
             if late > worst:
                 worst, worst_line = late, line.strip()
-    forfeits = collections.Counter()
+    bestmoves = text.count("allie ---> bestmove")
+    forfeits: collections.Counter = collections.Counter()
+    terminations: collections.Counter = collections.Counter()
+    gui_times: list[float] = []
     games = 0
     with open(pgn_out) if pgn_out.exists() else io.StringIO("") as f:
         while (game := chess.pgn.read_game(f)) is not None:
             games += 1
             term = game.headers.get("Termination", "")
+            terminations[term] += 1
             if "time" in term.lower():
                 loser = "white" if game.headers.get("Result") == "0-1" else "black"
                 forfeits[game.headers.get(loser.capitalize(), loser)] += 1
-    fens = text.count("position fen")
+            allie_white = game.headers.get("White") == "allie"
+            for node in game.mainline():
+                if node.turn() != allie_white:  # the move just played was Allie's
+                    t = re.search(r"([\d.]+)s", node.comment)
+                    if t:
+                        gui_times.append(float(t.group(1)))
+    fens = text.count("allie <--- position fen")
     fallback_fen = text.count("no history for the FEN")
-    print(
-        f"fastchess rc {proc.returncode}, {games} games at {args.tc} ({args.book} book), {wall:.0f} s"
-    )
-    print(f"time losses: {dict(forfeits) or 0}")
-    print(f"Allie moves by path: {dict(paths)}  (fallback: {paths.get('fallback', 0)})")
-    print(f"'position fen' commands: {fens}; FENs without a history: {fallback_fen}")
-    print(
-        f"moves over their limit (engine clock): {over_limit}; worst elapsed - limit: {worst:+.3f} s"
-    )
-    print(f"  {worst_line[:200]}")
-    print(
-        f"load average (1 min, every 30 s): start {one_minute[0]:.1f}, end {one_minute[-1]:.1f}, "
-        f"min {min(one_minute):.1f}, max {max(one_minute):.1f}, "
-        f"mean {sum(one_minute) / len(one_minute):.1f}"
-    )
-    print(f"logs: {out}")
-    if proc.returncode != 0:
-        print(stdout[-2000:])
+    lines = [
+        f"{games} games; terminations {dict(terminations)}",
+        f"time losses: {dict(forfeits) or 0}",
+        f"Allie moves by path: {dict(paths)}  (fallback: {paths.get('fallback', 0)}); "
+        f"bestmoves {bestmoves}, without a path line: {bestmoves - sum(paths.values())}",
+        f"'position fen' commands: {fens}; FENs without a history: {fallback_fen}",
+        f"moves over their limit (engine clock): {over_limit}; worst elapsed - limit: {worst:+.3f} s",
+        f"  {worst_line[:220]}",
+    ]
+    if gui_times:
+        lines.append(f"Allie's longest move (fastchess's PGN time): {max(gui_times):.3f} s")
+    if len(gui_times) == len(limits) and gui_times:
+        paired = [(g - lim, g, lim) for g, lim in zip(gui_times, limits, strict=True) if lim]
+        late, g, lim = max(paired)
+        lines.append(
+            f"worst fastchess time - engine limit: {late:+.3f} s ({g:.3f} s against {lim:.3f} s); "
+            f"over the limit: {sum(x[0] > 0 for x in paired)} of {len(paired)}"
+        )
+    else:
+        lines.append(f"(PGN move times {len(gui_times)} and limits {len(limits)} do not pair)")
+    if (out / "load.txt").exists():
+        one_minute = [float(x.split()[0]) for x in (out / "load.txt").read_text().splitlines()]
+        lines.append(
+            f"load average (1 min, every 30 s): start {one_minute[0]:.1f}, end "
+            f"{one_minute[-1]:.1f}, min {min(one_minute):.1f}, max {max(one_minute):.1f}, "
+            f"mean {sum(one_minute) / len(one_minute):.1f}"
+        )
+    lines.append(f"logs: {out}")
+    return lines
 
 
 if __name__ == "__main__":
