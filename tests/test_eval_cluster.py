@@ -67,6 +67,71 @@ def test_a_shard_is_locked_and_a_dead_holder_is_taken_over(tmp_path):
     c.close()
 
 
+def test_gcs_locks_are_created_only_if_absent():
+    """On gs:// a lock is a create-if-absent upload (ifGenerationMatch=0): the emulator answers a
+    second create with 412, so of tasks racing for one lock exactly one holds it; a stale lock is
+    taken over by deleting only the generation judged stale, so two tasks taking over the same
+    stale lock cannot both succeed; a holder whose lock was taken over learns it on touch."""
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from tests.support.gcs_emulator import emulated_gcs
+
+    with emulated_gcs() as gcs:
+        # the emulator itself honours the precondition (independently of any client)
+        url = f"{gcs.url}/upload/storage/v1/b/bucket/o?uploadType=media&name=p&ifGenerationMatch=0"
+        for expect in (200, 412):
+            req = urllib.request.Request(url, data=b"x", method="POST")
+            try:
+                status = urllib.request.urlopen(req).status
+            except urllib.error.HTTPError as e:
+                status = e.code
+            assert status == expect
+
+        path = "gs://bucket/job/records/shard-00000-of-00004.lock"
+        for _ in range(3):  # tasks started together: one holder each round
+            barrier = threading.Barrier(6)
+            won: list[records.Lock] = []
+
+            def take(barrier: threading.Barrier, won: list) -> None:
+                lock = records.Lock(path, "shard 0")
+                _ = lock.file  # the client is built before the race starts
+                barrier.wait()
+                if lock.acquire():
+                    won.append(lock)
+
+            threads = [threading.Thread(target=take, args=(barrier, won)) for _ in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert len(won) == 1
+            assert isinstance(won[0].file, records._GcsObject)
+            won[0].release()
+            assert "job/records/shard-00000-of-00004.lock" not in gcs.objects()
+
+        # a lock left on another host, untouched for long: stale, taken over exactly once
+        old = records.Lock(path, "shard 0")
+        assert old.acquire()
+        stale = json.dumps({"host": "gone-host", "pid": 1, "time": 0})
+        gen = old.file.overwrite(stale, old._token)
+        assert gen is not None
+        first, second = records.Lock(path, "shard 0"), records.Lock(path, "shard 0")
+        text, seen = second.file.read()
+        assert text == stale and seen == gen
+        assert first.acquire()  # deletes generation `gen`, creates its own
+        assert not second.file.delete(seen)  # the generation it judged stale is gone
+        assert not second.acquire()  # and the new one is live
+        old.touch()  # the old holder's refresh is refused: it no longer holds the lock
+        assert not old.held
+        assert json.loads(gcs.read("bucket", path.removeprefix("gs://bucket/")))["pid"] == (
+            os.getpid()
+        )
+        first.release()
+        assert 412 in gcs.statuses and not gcs.unsupported
+
+
 def test_merge_error_names_the_differing_keys(tmp_path):
     for k, games in ((0, "sha256:aa"), (1, "sha256:bb")):
         s = records.ShardStore(tmp_path, k, 2, {"games_file": games, "config": {"seed": 0}})
@@ -120,7 +185,8 @@ def test_slurm_array_and_indexed_job_with_a_killed_task(checkpoint_dir, plain_pg
     def slurm(k: int) -> subprocess.Popen:
         env = {**env0, "SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": str(k),
                "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_ARRAY_TASK_MIN": "0",
-               "SCRATCH_DIR": str(tmp_path / f"node{k}"), "CHECKPOINT": str(checkpoint_dir),
+               "STAGE": "1", "SCRATCH_DIR": str(tmp_path / f"node{k}"),
+               "CHECKPOINT": str(checkpoint_dir),
                "GAMES": str(plain_pgn), "OUT": str(out)}  # fmt: skip
         return subprocess.Popen(["bash", str(script), cache, *FLAGS], cwd=REPO, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

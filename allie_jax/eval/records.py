@@ -180,62 +180,194 @@ def _atomic_write(path: epath.Path, data: bytes) -> None:
 LOCK_STALE_S = 3600.0  # a lock from another host untouched this long is taken over
 
 
+class _LocalFile:
+    """A lock file on a local (or network-mounted POSIX) path: ``O_EXCL`` creates it atomically."""
+
+    def __init__(self, path: epath.Path):
+        self.path = path
+
+    def create(self, text: str) -> object | None:
+        import os
+
+        try:
+            fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return None
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return True
+
+    def read(self) -> tuple[str, object] | None:
+        try:
+            return self.path.read_text(), True
+        except FileNotFoundError:
+            return None
+
+    def delete(self, token: object) -> bool:
+        self.path.unlink(missing_ok=True)
+        return True
+
+    def overwrite(self, text: str, token: object) -> object | None:
+        self.path.write_text(text)
+        return True
+
+
+class _GcsObject:
+    """A lock object on Cloud Storage, every change conditional on its generation: create only if
+    absent (``if_generation_match=0``), and replace or delete only the generation that was read,
+    so two tasks can neither both create it nor both take over the same stale one."""
+
+    def __init__(self, path: epath.Path):
+        from google.cloud import storage
+
+        bucket, _, name = str(path).removeprefix("gs://").partition("/")
+        self.bucket = storage.Client().bucket(bucket)
+        self.name = name
+
+    @staticmethod
+    def _lost(e: Exception) -> bool:
+        from google.api_core import exceptions
+
+        return isinstance(e, exceptions.PreconditionFailed | exceptions.NotFound)
+
+    def create(self, text: str) -> object | None:
+        blob = self.bucket.blob(self.name)
+        try:
+            blob.upload_from_string(text, if_generation_match=0)
+        except Exception as e:
+            if not self._lost(e):
+                raise
+            # a retried upload whose first attempt landed fails its precondition too: ours?
+            got = self.read()
+            return got[1] if got is not None and got[0] == text else None
+        return blob.generation
+
+    def read(self) -> tuple[str, object] | None:
+        blob = self.bucket.get_blob(self.name)
+        if blob is None:
+            return None
+        try:
+            data = blob.download_as_bytes(if_generation_match=blob.generation)
+        except Exception as e:
+            if not self._lost(e):
+                raise
+            return None if self.bucket.get_blob(self.name) is None else self.read()
+        return data.decode("utf-8", errors="replace"), blob.generation
+
+    def delete(self, token: object) -> bool:
+        try:
+            self.bucket.blob(self.name).delete(if_generation_match=token)
+        except Exception as e:
+            if not self._lost(e):
+                raise
+            return False
+        return True
+
+    def overwrite(self, text: str, token: object) -> object | None:
+        blob = self.bucket.blob(self.name)
+        try:
+            blob.upload_from_string(text, if_generation_match=token)
+        except Exception as e:
+            if not self._lost(e):
+                raise
+            return None
+        return blob.generation
+
+
+class _BestEffortFile(_LocalFile):
+    """A lock object on a store without a create-if-absent write (s3://, or gs:// without
+    google-cloud-storage): write, then read back; two tasks racing within one round trip can
+    both believe they hold it."""
+
+    def create(self, text: str) -> object | None:
+        if self.path.exists():
+            return None
+        self.path.write_text(text)
+        return True if self.path.read_text() == text else None
+
+
+def _lock_file(path: epath.Path):
+    if "://" not in str(path):
+        return _LocalFile(path)
+    if str(path).startswith("gs://"):
+        try:
+            return _GcsObject(path)
+        except Exception as e:  # no google-cloud-storage, or no credentials it can find
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "%s: google-cloud-storage unusable (%s); the lock is best effort", path, e
+            )
+    return _BestEffortFile(path)
+
+
 class Lock:
-    """An exclusive lock file (``O_EXCL`` on a local path; write-then-read-back elsewhere, which
-    is best effort on an object store). Its holder's host and pid are inside; a lock whose
-    process is gone (same host) or untouched for ``LOCK_STALE_S`` (other host: the holder
-    refreshes it with ``touch``) is stale and taken over."""
+    """An exclusive lock file. Creating it is atomic on a local path (``O_EXCL``) and on
+    ``gs://`` (a create-if-absent upload; taking over and releasing are conditional on the
+    generation read), best effort on other object stores (write, then read back). Its holder's
+    host and pid are inside; a lock whose process is gone (same host) or untouched for
+    ``LOCK_STALE_S`` (other host: the holder refreshes it with ``touch``) is stale and taken
+    over."""
 
     def __init__(self, path: epath.Path, what: str):
         self.path = epath.Path(path)
         self.what = what
         self.held = False
+        self._file = None
+        self._token: object = None
 
-    def _stale(self) -> bool:
+    @property
+    def file(self):
+        if self._file is None:
+            self._file = _lock_file(self.path)
+        return self._file
+
+    @staticmethod
+    def _text() -> str:
+        import os
+        import socket
+        import time
+        import uuid
+
+        info = {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}
+        return json.dumps({**info, "nonce": uuid.uuid4().hex})  # each holder's text is its own
+
+    @staticmethod
+    def _stale(text: str) -> bool:
         import os
         import socket
         import time
 
         try:
-            info = json.loads(self.path.read_text())
-        except (OSError, ValueError):
+            info = json.loads(text)
+        except ValueError:
             return True  # unreadable (a crash mid-write): not a live holder
         if info.get("host") == socket.gethostname():
             try:
                 os.kill(int(info["pid"]), 0)
             except ProcessLookupError:
                 return True
-            except (PermissionError, KeyError, ValueError):
+            except (PermissionError, KeyError, ValueError, TypeError):
                 return False
             return False
         return time.time() - float(info.get("time", 0)) > LOCK_STALE_S
 
     def acquire(self, *, wait: bool = False) -> bool:
         """Take the lock; False when someone else holds it (``wait``: poll until free)."""
-        import os
-        import socket
         import time
 
-        text = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            if "://" not in str(self.path):
-                try:
-                    fd = os.open(str(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                except FileExistsError:
-                    pass
-                else:
-                    with os.fdopen(fd, "w") as f:
-                        f.write(text)
-                    self.held = True
-                    return True
-            elif not self.path.exists():
-                self.path.write_text(text)
-                if self.path.read_text() == text:
-                    self.held = True
-                    return True
-            if self._stale():
-                self.path.unlink(missing_ok=True)
+            token = self.file.create(self._text())
+            if token is not None:
+                self.held, self._token = True, token
+                return True
+            got = self.file.read()
+            if got is None:
+                continue  # released between our create and our read: try again
+            text, seen = got
+            if self._stale(text):
+                self.file.delete(seen)  # only the generation judged stale (gs://)
                 continue
             if not wait:
                 return False
@@ -243,25 +375,29 @@ class Lock:
 
     def holder(self) -> str:
         try:
-            info = json.loads(self.path.read_text())
+            got = self.file.read()
+            info = json.loads(got[0]) if got else {}
             return f"{info['host']} pid {info['pid']}"
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             return "another process"
 
     def touch(self) -> None:
-        import os
-        import socket
-        import time
-
+        """Refresh the holder's time (a long holder on another host is not taken for dead)."""
         if self.held:
-            text = json.dumps(
-                {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}
-            )
-            self.path.write_text(text)
+            token = self.file.overwrite(self._text(), self._token)
+            if token is None:
+                import logging
+
+                logging.getLogger(__name__).warning(
+                    "%s: the %s lock was taken over by %s", self.path, self.what, self.holder()
+                )
+                self.held = False
+                return
+            self._token = token
 
     def release(self) -> None:
         if self.held:
-            self.path.unlink(missing_ok=True)
+            self.file.delete(self._token)
             self.held = False
 
 
