@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import chess
 import chess.engine
@@ -13,6 +14,7 @@ from allie_jax import vocab
 from allie_jax.baselines import lc0_moves
 from allie_jax.baselines.lc0_planes import GameEncoder
 from allie_jax.baselines.maia import MaiaSet
+from allie_jax.engine.uci import UciHandler
 from allie_jax.game import Game
 from tests.support import maia_support
 
@@ -26,10 +28,15 @@ pytestmark = pytest.mark.skipif(
 MOVES = ["e2e4", "c7c5", "g1f3", "d7d6", "d2d4", "c5d4", "f3d4", "g8f6"]
 
 
-def test_predict_top_move_is_maia_argmax():
+@pytest.fixture(scope="module")
+def engine():
+    """One Maia-1500 UCI engine for the module (loading it is most of each test's time)."""
     from allie_jax.baselines.maia_uci import load_maia_uci
 
-    engine = load_maia_uci(f"maia:{MAIA_DIR}:policy:1500")
+    return load_maia_uci(f"maia:{MAIA_DIR}:policy:1500")
+
+
+def test_predict_top_move_is_maia_argmax(engine):
     games = [Game(moves=MOVES[:n]) for n in (0, 3, 8)]
     preds = engine.predict(games, start_fens=[None] * 3)
     predictor = MaiaSet(str(MAIA_DIR)).predictor(1500)
@@ -63,13 +70,11 @@ def test_predict_top_move_is_maia_argmax():
             assert g[0].move == d[0].move, (start, seed)
 
 
-def test_maia_plays_from_a_fen_with_the_history_filled():
+def test_maia_plays_from_a_fen_with_the_history_filled(engine):
     """A FEN start: the planes repeat the position in the 7 missing history steps (lc0's
     FEN_ONLY fill), built here by hand from python-chess, and Maia's move is their argmax."""
     from allie_jax.baselines.lc0_planes import _piece_masks, _unpack
-    from allie_jax.baselines.maia_uci import load_maia_uci
 
-    engine = load_maia_uci(f"maia:{MAIA_DIR}:policy:1500")
     fen = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
     board = chess.Board(fen)
     planes = GameEncoder([], board).encode(0)
@@ -86,17 +91,15 @@ def test_maia_plays_from_a_fen_with_the_history_filled():
     assert d.move == best.uci() and d.path == "prior" and "FEN" in d.note
 
 
-def test_fen_move_follows_the_one_move_rule_at_a_temperature():
+def test_fen_move_follows_the_one_move_rule_at_a_temperature(engine):
     """From a FEN at Temperature T, Maia's move is drawn from p^(1/T) (p: Maia's legal softmax,
     recomputed here from the raw network, not from the engine) by ``decision.draw_moves`` with
     the play's key: the reported policy is that distribution and each seed's move is the rule's
     draw from it, so the moves have the rule's distribution."""
     import jax
 
-    from allie_jax.baselines.maia_uci import load_maia_uci
     from allie_jax.search import decision
 
-    engine = load_maia_uci(f"maia:{MAIA_DIR}:policy:1500")
     fen = "r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3"
     board = chess.Board(fen)
     legal = list(board.legal_moves)
@@ -125,6 +128,24 @@ def test_fen_move_follows_the_one_move_rule_at_a_temperature():
     for seed in range(3):
         d = engine.play([game], "policy", seed, start_fens=[fen], temperature=0.0)[0]
         assert d.move == best
+    # through the UCI handler: its Temperature reaches the rule (the decision's policy is the
+    # distribution at T) and the move is one the rule could draw
+    lines: list[str] = []
+    handler = UciHandler(lambda: engine, lines.append, warmup=False)
+    for command in ("uci", "isready", "setoption name Temperature value 2", f"position fen {fen}"):
+        handler.handle(command)
+    handler.handle("go movetime 60000")
+    end = time.monotonic() + 120
+    while handler.thinking and time.monotonic() < end:
+        time.sleep(0.01)
+    w = np.exp((logits - logits.max()) / 2.0)
+    assert handler.last_decision is not None
+    assert handler.last_decision.policy == pytest.approx(
+        dict(zip(ucis, w / w.sum(), strict=True)), abs=1e-5
+    )
+    best_line = [line for line in lines if line.startswith("bestmove ")]
+    assert len(best_line) == 1 and best_line[0].split()[1] in ucis
+    assert any(" path prior " in line for line in lines)
 
 
 def test_uci_plays_legal_moves_and_multipv():
