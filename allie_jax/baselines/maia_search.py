@@ -263,7 +263,7 @@ class MaiaSearcher:
             return None
         b = len(games)
         moves, history = self.searcher.roots.prepare(games, b)
-        state, legal, _ = self.searcher._replay(moves)
+        state, legal, _ = self.searcher.replay(moves)
         logits = _anchor_logits(*self._anchor, state, legal, *(jnp.asarray(x) for x in history))
         return np.asarray(logits)[:, : vocab.NUM_MOVES]
 

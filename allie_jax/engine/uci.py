@@ -71,6 +71,7 @@ if TYPE_CHECKING:
 # the SearchConfig modes (allie_jax.search.config.MODES; not imported here: that starts JAX)
 PRESETS = ("policy", "greedy", "search", "adaptive", "gumbel", "gumbel-adaptive")
 LAMBDA_SCHEDULES = ("constant", "paper", "released")
+SELECTIONS = ("puct", "kl")  # SearchConfig.selection
 
 ENGINE_NAME = "Allie (allie-jax)"
 ENGINE_AUTHOR = "allie-jax authors (after Zhang et al., 2024)"
@@ -106,6 +107,7 @@ class Options:
     c_puct: float | None = None  # None: the preset's
     anchor_lambda: float | None = None
     lambda_schedule: str | None = None
+    selection: str | None = None  # None: the preset's ("puct")
     leaf_batch: int | None = None
 
 
@@ -173,6 +175,12 @@ def _set_schedule(o: Options, raw: str) -> None:
     o.lambda_schedule = raw.strip().lower()
 
 
+def _set_selection(o: Options, raw: str) -> None:
+    if raw.strip().lower() not in SELECTIONS:
+        raise ValueError(f"{raw!r} is not one of {', '.join(SELECTIONS)}")
+    o.selection = raw.strip().lower()
+
+
 def _set_opponent(o: Options, raw: str) -> None:
     o.opponent_elo = parse_opponent(raw)
 
@@ -225,6 +233,10 @@ OPTIONS: dict[str, tuple[str, Callable[[Options, str], None]]] = {
     "LambdaSchedule": (
         "type combo default constant " + " ".join(f"var {v}" for v in LAMBDA_SCHEDULES),
         _set_schedule,
+    ),
+    "Selection": (
+        "type combo default puct " + " ".join(f"var {v}" for v in SELECTIONS),
+        _set_selection,
     ),
     "LeafBatch": ("type spin default 1 min 1 max 64", _spin(1, 64, "leaf_batch")),
 }
@@ -869,6 +881,8 @@ class UciHandler:
             for field in ("c_puct", "anchor_lambda", "lambda_schedule", "leaf_batch"):
                 if getattr(o, field) is not None:
                     overrides[field] = getattr(o, field)
+            if o.selection is not None and not preset.startswith("gumbel"):
+                overrides["selection"] = o.selection  # Gumbel modes select by halving
         if preset.startswith("gumbel"):
             overrides["gumbel_c_scale"] = o.gumbel_c_scale
         return preset, overrides

@@ -29,6 +29,7 @@ RULES = ("standard", "released")
 LAMBDA_SCHEDULES = ("constant", "paper", "released")
 GUMBEL_TRANSFORMS = ("anchor", "mctx")
 FINAL_SUPPORTS = ("visited", "legal")
+SELECTIONS = ("puct", "kl")
 # The default human-anchor strength λ, in value units (Q ∈ [−1, 1]): the paper's λ_N at the mean
 # budget, c·sqrt(N)/(|A| + N) with c = 1.25, N = 50 and a typical |A| = 30 legal moves
 # (1.25·sqrt(50)/80 = 0.1105), so the constant default anchors as the paper's search did at N = 50.
@@ -67,6 +68,15 @@ class SearchConfig:
     anchor_lambda: float = DEFAULT_ANCHOR_LAMBDA  # λ of "constant" (value units, > 0)
     lambda_schedule: str = "constant"  # "constant" | "paper" | "released"
     final_policy: str = "pibar"  # or "visits" (visit-count distribution)
+    # How a pUCT-mode search (``search``, ``adaptive``) picks a child at every node:
+    # - "puct" (default): Allie's pUCT score (search/selection.py, ``make_puct_selection``);
+    #   the anchor holds only the root's final policy.
+    # - "kl": piKL applied recursively (``selection.make_kl_selection``): every node solves
+    #   π̄_s = argmax_π Σ_a Q(s, a)·π(a) − λ·KL(P(s, ·) ‖ π) with the λ above (its schedule,
+    #   ``anchor_lambda``, ``c_puct``) and takes argmax_a π̄_s(a) − N(s, a)/(1 + ΣN(s)), so every
+    #   node's visits follow the human prior P(s, ·) with the strength the user set. Gumbel modes
+    #   select by sequential halving and refuse it.
+    selection: str = "puct"
     # The moves the final policy (π̄; Gumbel's "anchor" π') may put mass on once the root has
     # visits. "visited": only those the search visited (the anchor renormalised over them), so
     # the search never plays a move it holds no value for; "legal": every legal move, unvisited
@@ -103,6 +113,12 @@ class SearchConfig:
         _check_choice("lambda_schedule", self.lambda_schedule, LAMBDA_SCHEDULES)
         _check_choice("gumbel_transform", self.gumbel_transform, GUMBEL_TRANSFORMS)
         _check_choice("final_support", self.final_support, FINAL_SUPPORTS)
+        _check_choice("selection", self.selection, SELECTIONS)
+        if self.selection == "kl" and self.gumbel:
+            raise ValueError(
+                f"selection='kl' with mode={self.mode!r}: Gumbel modes select by sequential "
+                "halving; KL selection is for the pUCT modes (search, adaptive)"
+            )
         if self.sampling is not None:
             _check_choice("sampling", self.sampling, SAMPLING)
         if not 0 <= self.mean_sims <= self.max_sims:

@@ -10,7 +10,7 @@ sorted by budget).
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -22,24 +22,45 @@ from allie_jax.search.config import SearchConfig
 from allie_jax.search.leaves import take_rows
 
 
+class SortedRows(NamedTuple):
+    """Each row's plan after ``steps.start`` sorted the batch (by budget, if it sorted).
+
+    ``order[i]`` is the callers' row at sorted row i; ``budgets`` the simulations of each sorted
+    row (after the search: the simulations it actually ran); ``c_puct`` its budget-scaled c.
+    """
+
+    order: jax.Array  # int32 [B]
+    budgets: jax.Array  # int32 [B]
+    c_puct: jax.Array  # float32 [B]
+
+
+class MoveInputs(NamedTuple):
+    """What the move rule needs besides the tree (callers' row order).
+
+    ``anchor_logits`` (None: the model's prior) is the policy the final one is regularised
+    towards: π̄'s KL term, Gumbel's softmax(anchor + σ), the budget-0 rows' tempered policy.
+    """
+
+    argmax_rows: jax.Array  # bool [B]: rows whose move is the final policy's argmax
+    rng: jax.Array  # the move's key (Gumbel noise folds a stream out of it)
+    anchor_logits: jax.Array | None = None  # float32 [B, 1968]
+
+
 def finish(
     tree,
-    budgets_s,
-    c_puct_s,
-    order,
+    rows: SortedRows,
     root_out,
-    argmax_rows,
-    rng,
-    anchor_logits,
+    move: MoveInputs,
     config: SearchConfig,
     sorted_rows: bool,
 ) -> dict[str, jax.Array]:
     """The final policy from the searched tree, back in the callers' row order, and the move.
 
-    ``budgets_s``: the simulations each (sorted) row actually ran; a row with 0 plays from the
-    tempered prior (or anchor) as in ``policy``. ``anchor_logits`` (None: the model's prior) is
-    the policy the final one is regularised towards: π̄'s KL term, Gumbel's softmax(anchor + σ).
+    ``rows.budgets``: the simulations each (sorted) row actually ran; a row with 0 plays from
+    the tempered prior (or anchor) as in ``policy``.
     """
+    budgets_s, c_puct_s, order = rows.budgets, rows.c_puct, rows.order
+    argmax_rows, rng, anchor_logits = move
     prior_logits = tree.extra_data.get(selection.RAW_ROOT_LOGITS, tree.children_prior_logits[:, 0])
     legal = selection.legal_from_logits(prior_logits)
     prior = decision.legal_prior(prior_logits, legal)
@@ -113,9 +134,27 @@ def gumbel_params(config: SearchConfig) -> gumbel.GumbelParams | None:
     )
 
 
-def select_fn(params: gumbel.GumbelParams | None):
-    """The tree's action selection: Gumbel's for Gumbel modes, else (None) the default pUCT."""
-    return None if params is None else gumbel.make_gumbel_selection(params)
+def kl_params(config: SearchConfig) -> selection.KLParams | None:
+    """The KL selection's knobs (static, hashable) when ``config.selection`` is "kl", else None."""
+    if config.selection != "kl":
+        return None
+    return selection.KLParams(
+        anchor_lambda=float(config.anchor_lambda),
+        lambda_schedule=config.lambda_schedule,
+        c_puct=float(config.c_puct),
+        lambda_sqrt=bool(config.lambda_sqrt),
+        iterations=int(config.pibar_iterations),
+    )
+
+
+def select_fn(gumbel_params: gumbel.GumbelParams | None, kl: selection.KLParams | None = None):
+    """The tree's action selection: Gumbel's for Gumbel modes, KL-regularised for
+    ``selection="kl"``, else None (``tree_search``'s default, Allie's pUCT)."""
+    if gumbel_params is not None:
+        return gumbel.make_gumbel_selection(gumbel_params)
+    if kl is not None:
+        return selection.make_kl_selection(**kl._asdict())
+    return None
 
 
 @functools.lru_cache(maxsize=4)

@@ -66,33 +66,36 @@ def search_program(
     rows = jax.ShapeDtypeStruct((batch,), jnp.int32)
     root_out, cache = jax.eval_shape(root_prefill, params, tokens, rows)
     moves = jax.ShapeDtypeStruct((batch, width), jnp.int32)
-    state, _, _ = jax.eval_shape(
+    state, legal, _ = jax.eval_shape(
         lambda m, n: searcher._replay.jitted(m, n, config.rules), moves, rows
     )
     budgets = np.full(batch, config.max_sims, np.int32)
     gumbel = finish.gumbel_params(config)
     table = finish.halving_table(config) if gumbel is not None else None
-    host = (
-        budgets,
-        budget.scaled_c_puct(config, budgets),
-        np.zeros(batch, bool),  # argmax rows
-        jax.eval_shape(lambda: jax.random.key(0)),
-        np.arange(batch, dtype=np.int32),  # order
+    host_plan = (budgets, budget.scaled_c_puct(config, budgets), np.arange(batch, dtype=np.int32))
+    roots = steps.RootBatch(
+        *_placed((state, legal), sharding),
+        *_placed((root_out, cache), sharding),
     )
-    args = (
-        graphdef,
-        *_placed((params, cache, state, root_out), sharding),
-        *_placed(host, sharding),
+    plan = steps.RowPlan(
+        *_placed(host_plan, sharding), None if table is None else _placed(table, sharding)
+    )
+    move = steps.MoveInputs(
+        *_placed((np.zeros(batch, bool), jax.eval_shape(lambda: jax.random.key(0))), sharding),
         None,  # anchor logits: the model's own prior
-        None if table is None else _placed(table, sharding),
     )
+    args = (graphdef, _placed(params, sharding), roots, plan, move)
     static = dict(
-        leaves=DecoderLeaves(),
-        num_nodes=config.max_sims + 1,
-        config=config,
-        tree_params=tree_search.SearchParams(
-            config.c_base, config.fpu_mode, float(config.fpu), config.max_path
+        spec=steps.TreeSpec(
+            leaves=DecoderLeaves(),
+            num_nodes=config.max_sims + 1,
+            tree_params=tree_search.SearchParams(
+                config.c_base, config.fpu_mode, float(config.fpu), config.max_path
+            ),
+            row_buckets=searcher.row_buckets(batch, config.mode),
+            gumbel=gumbel,
+            kl=finish.kl_params(config),
         ),
-        row_buckets=searcher.row_buckets(batch, config.mode),
+        config=config,
     )
     return SearchProgram(steps.search.jitted, args, static, batch, width)

@@ -39,7 +39,7 @@ from allie_jax.game import Game, denormalize_think_time
 from allie_jax.search import budget as budget_lib
 from allie_jax.search import decision, steps, tree_search
 from allie_jax.search.config import ADAPTIVE_MODES, SearchConfig
-from allie_jax.search.finish import anchor_rows, gumbel_params, halving_table
+from allie_jax.search.finish import anchor_rows, gumbel_params, halving_table, kl_params
 from allie_jax.search.prefill import (
     ENGINE_SHORT_WIDTH,
     LENGTH_BUCKETS,
@@ -163,7 +163,9 @@ class Searcher:
             return 1 if max_budget <= 0 else self.config.max_sims + 1
         return tree_size(max_budget, self.config.max_sims)
 
-    def _replay(self, move_lists: Sequence[np.ndarray]):
+    def replay(self, move_lists: Sequence[np.ndarray]):
+        """The games' move-id lists replayed inside jit: (states, legal masks, game over), padded
+        to a width this family's roots compile for (``Roots.replay_widths``)."""
         b = len(move_lists)
         width = _bucket(max(1, max(len(m) for m in move_lists)), self.roots.replay_widths())
         move_ids = np.zeros((b, width), np.int32)
@@ -208,7 +210,7 @@ class Searcher:
             raise ValueError(f"budgets has {len(budgets)} entries for {n} games")
         anchor = anchor_rows(anchor_logits, n, b)
         move_lists, prepared = self.roots.prepare(games, b)
-        state, legal, done = self._replay(move_lists)
+        state, legal, done = self.replay(move_lists)
         if getattr(self.roots, "claimable_roots", False):  # only a root without a move is over
             done = ~legal.any(-1)
         finished = np.flatnonzero(np.asarray(done)[:n])
@@ -275,111 +277,67 @@ class Searcher:
         Returns the results (numpy) and the simulations each row ran.
         """
         cfg = self.config
-        leaves = self.roots.leaves
         b = len(budgets)
+        roots = steps.RootBatch(state, legal, root_out, context)
+        move = steps.MoveInputs(jnp.asarray(argmax_rows), key, anchor)
         nodes = self._tree_size(int(budgets.max()))
         if nodes == 1:
-            res = steps.decide_unsearched(
-                state, legal, root_out, jnp.asarray(argmax_rows), key, anchor, config=cfg
-            )
+            res = steps.decide_unsearched(roots, move, config=cfg)
             return jax.device_get(res), np.zeros(b, np.int32)
         budgets = np.minimum(budgets, nodes - 1).astype(np.int32)
-        c_puct = budget_lib.scaled_c_puct(cfg, budgets)
-        buckets = tuple(x * cfg.leaf_batch for x in row_buckets(b, cfg.mode))  # B·K leaf rows
-        order = np.argsort(-budgets, kind="stable").astype(np.int32)
-        params = tree_search.SearchParams(
-            cfg.c_base, cfg.fpu_mode, float(cfg.fpu), cfg.max_path, cfg.leaf_batch
+        spec = self._tree_spec(b, nodes)
+        plan = steps.RowPlan(
+            budgets=jnp.asarray(budgets),
+            c_puct=jnp.asarray(budget_lib.scaled_c_puct(cfg, budgets)),
+            order=jnp.asarray(np.argsort(-budgets, kind="stable").astype(np.int32)),
+            halving_table=halving_table(cfg) if spec.gumbel is not None else None,
         )
-        gp = gumbel_params(cfg)
-        table = halving_table(cfg) if gp is not None else None
         if deadline is None and should_stop is None:
-            res = steps.search(
-                self.graphdef,
-                self.params,
-                context,
-                state,
-                root_out,
-                jnp.asarray(budgets),
-                jnp.asarray(c_puct),
-                jnp.asarray(argmax_rows),
-                key,
-                jnp.asarray(order),
-                anchor,
-                table,
-                leaves=leaves,
-                num_nodes=nodes,
-                config=cfg,
-                tree_params=params,
-                row_buckets=buckets,
-            )
+            res = steps.search(self.graphdef, self.params, roots, plan, move, spec=spec, config=cfg)
             return jax.device_get(res), budgets
-        sorted_rows = len(buckets) > 1
-        tree, budgets_s, c_puct_s = steps.search_start(
-            self.graphdef,
-            self.params,
-            context,
-            state,
-            root_out,
-            jnp.asarray(budgets),
-            jnp.asarray(c_puct),
-            jnp.asarray(order),
-            key,
-            table,
-            leaves=leaves,
-            num_nodes=nodes,
-            sorted_rows=sorted_rows,
-            gumbel_params=gp,
+        tree, rows = steps.search_start(self.graphdef, self.params, roots, plan, key, spec=spec)
+        tree, ran = self._run_chunks(
+            context, tree, rows, int(budgets.max()), spec, deadline, should_stop, progress
         )
-        tree_ref = [tree]
-        ran = self._run_chunks(
-            context,
-            jnp.asarray(order),
-            tree_ref,
-            budgets_s,
-            int(budgets.max()),
-            nodes,
-            params,
-            buckets,
-            deadline,
-            should_stop,
-            progress,
-        )
-        ran_s = jnp.minimum(budgets_s, ran)
+        rows = rows._replace(budgets=jnp.minimum(rows.budgets, ran))
         res = steps.search_finish(
-            tree_ref[0],
-            ran_s,
-            c_puct_s,
-            jnp.asarray(order),
-            root_out,
-            jnp.asarray(argmax_rows),
-            key,
-            anchor,
-            config=cfg,
-            sorted_rows=sorted_rows,
+            tree, rows, root_out, move, config=cfg, sorted_rows=spec.sorted_rows
         )
         return jax.device_get(res), np.minimum(budgets, ran).astype(np.int32)
 
+    def _tree_spec(self, batch: int, nodes: int) -> steps.TreeSpec:
+        """The static side of a batch's search: leaves, tree size, knobs, buckets, selection."""
+        cfg = self.config
+        return steps.TreeSpec(
+            leaves=self.roots.leaves,
+            num_nodes=nodes,
+            tree_params=tree_search.SearchParams(
+                cfg.c_base, cfg.fpu_mode, float(cfg.fpu), cfg.max_path, cfg.leaf_batch
+            ),
+            # B·K leaf rows per step
+            row_buckets=tuple(x * cfg.leaf_batch for x in row_buckets(batch, cfg.mode)),
+            gumbel=gumbel_params(cfg),
+            kl=kl_params(cfg),
+        )
+
     def _run_chunks(
         self,
-        context,
-        order,
-        tree_ref,
-        budgets_s,
-        total,
-        nodes,
-        params,
-        buckets,
-        deadline,
-        should_stop,
-        progress=None,
-    ) -> int:
+        context: Any,
+        tree: Any,
+        rows: steps.SortedRows,
+        total: int,
+        spec: steps.TreeSpec,
+        deadline: float | None,
+        should_stop: Callable[[], bool] | None,
+        progress: Callable[[int, list[str]], None] | None = None,
+    ) -> tuple[Any, int]:
         """Run simulations 0..total − 1 in chunks of about ``CHUNK_S`` seconds, stopping early
         when ``should_stop()`` says so or the next chunk would end past ``deadline``.
 
-        ``tree_ref[0]`` holds the tree (each chunk consumes its input); returns how many
+        Each chunk consumes (donates) the tree it is given; returns the last tree and how many
         simulation steps ran.
         """
-        k = params.leaf_batch  # chunks end on whole steps of K leaves (the unchunked tree)
+        k = spec.tree_params.leaf_batch  # chunks end on whole steps of K leaves
         done, chunk = 0, k
         while done < total:
             now = time.monotonic()
@@ -393,23 +351,18 @@ class Searcher:
                 self.graphdef,
                 self.params,
                 context,
-                order,
-                tree_ref[0],
-                budgets_s,
+                tree,
+                rows,
                 jnp.int32(done),
                 jnp.int32(done + n),
-                leaves=self.roots.leaves,
-                num_nodes=nodes,
-                tree_params=params,
-                row_buckets=buckets,
-                gumbel_params=gumbel_params(self.config),
+                spec=spec,
             )
-            tree_ref[0] = jax.block_until_ready(tree)
+            tree = jax.block_until_ready(tree)
             done += n
             if progress is not None:  # each row's most visited root move, in the callers' order
                 visits = np.asarray(tree.children_visits[:, 0])
                 best = np.empty(len(visits), np.int64)
-                best[np.asarray(order)] = visits.argmax(-1)
+                best[np.asarray(rows.order)] = visits.argmax(-1)
                 progress(done, [vocab.decode_move(int(m)) for m in best])
             rate = n / max(time.monotonic() - t0, 1e-4)  # simulation steps per second
             chunk = max(k, int(rate * CHUNK_S) // k * k)
@@ -418,7 +371,7 @@ class Searcher:
                 chunk = min(chunk, int(rate * left * 0.8) // k * k)
                 if chunk < 1:
                     break
-        return done
+        return tree, done
 
     # -- compiling before the first move -------------------------------------------------------
     def warmup(self, batch_size: int = 1, *, chunked: bool = True) -> int:

@@ -18,6 +18,7 @@ to the lowest action id (``jnp.argmax``), which the Python reference reproduces.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import chex
 import jax
@@ -51,7 +52,7 @@ def log_prior(logits: jax.Array) -> jax.Array:
 
     A tree that stores these instead of raw logits lets pUCT read a node's prior as one
     ``exp`` per visit instead of a softmax (max, exp, sum, divide over all 1968 moves at every
-    tree level of every simulation: about a third of a small model's selection).
+    tree level of every simulation).
     """
     legal = legal_from_logits(logits)
     return jnp.where(legal, jax.nn.log_softmax(logits, axis=-1), ILLEGAL_LOGIT)
@@ -135,6 +136,16 @@ def make_puct_selection(
         return first_argmax(jnp.where(legal, score, -jnp.inf))
 
     return select
+
+
+class KLParams(NamedTuple):
+    """``make_kl_selection``'s settings as one static, hashable value (a jit static argument)."""
+
+    anchor_lambda: float
+    lambda_schedule: str = "constant"
+    c_puct: float = 1.25
+    lambda_sqrt: bool = True
+    iterations: int = 64
 
 
 def make_kl_selection(
