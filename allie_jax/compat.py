@@ -78,7 +78,7 @@ def _capability(text: str) -> tuple[int, ...]:
 # ------------------------------------------------------------------ pinned private modules
 # Each private module below is read at exactly the version pyproject.toml pins; another version
 # stops with the name of what to check instead of a wrong tree or board deep inside a search.
-PINNED = {"mctx": "0.0.71", "pgx": "2.6.0"}
+PINNED = {"mctx": "0.0.71", "pgx": "2.6.0", "chess": "1.11.2"}
 
 
 def _pinned(package: str) -> None:
@@ -119,3 +119,17 @@ def pgx_chess() -> Any:
     from pgx._src.games import chess
 
     return chess
+
+
+_CHESS_CHECKED: list[bool] = []  # python-chess's version is checked once per process
+
+
+def chess_transposition_key(board: Any) -> Any:
+    """python-chess's ``Board._transposition_key()``: what its repetition rules compare (pieces,
+    side to move, castling rights, a capturable en-passant square). python-chess answers
+    "is this a repetition" but does not expose the key, and the board features count every
+    position of a game as they walk it instead of asking the board once per position."""
+    if not _CHESS_CHECKED:
+        _pinned("chess")
+        _CHESS_CHECKED.append(True)
+    return board._transposition_key()

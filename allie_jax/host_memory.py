@@ -3,11 +3,10 @@
 XLA's CPU runtime allocates each call's temporaries (a search's [B, N, 1968] tree statistics, the
 prefill's activations) with ``malloc`` and frees them at the end of the call. glibc serves such
 large blocks with fresh ``mmap`` pages (or from per-thread arenas it trims) and hands them back
-to the kernel on ``free``, so the next call faults every page in again and the kernel zeroes it:
-about 190 MB, 48k minor faults, per move of a 32-game ``adaptive`` search with the small model
-(filling the tree took ~45 ms of the move in a profile). With one arena, no ``mmap`` for large
-blocks and no trimming, the same pages are reused from call to call: 0 faults per move. What it
-saves in time depends on the machine (``bench/RESULTS.md``).
+to the kernel on ``free``, so the next call faults every page in again and the kernel zeroes it,
+on every move of a batched search. With one arena, no ``mmap`` for large blocks and no
+trimming, the same pages are reused from call to call: no faults per move. The fault counts,
+and what it saves in time on one machine, are in ``bench/RESULTS.md``.
 
 The price: the process keeps its peak heap (it never returns freed memory to the OS; glibc's
 heap can grow by a few calls' worth of temporaries before its free blocks fit every call) and

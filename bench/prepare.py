@@ -84,7 +84,7 @@ def bench_workers(args) -> None:
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         worker_cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
         cpu = time.process_time()
-        n = sum(1 for _ in pgn.split_games(pgn._lines(str(path))))
+        n = sum(1 for _ in pgn.split_games(pgn.lines(str(path))))
         former = time.process_time() - cpu
         g = stats["games_read"]
         print(

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 import chess
 import numpy as np
 
-from allie_jax import vocab
+from allie_jax import compat, vocab
 from allie_jax.game import Game
 
 NUM_STATES = 13
@@ -107,7 +107,7 @@ def move_id(move: chess.Move) -> int:
 
 
 def _key(board: chess.Board):
-    return board._transposition_key()  # the threefold rule's notion of "same position"
+    return compat.chess_transposition_key(board)  # the threefold rule's "same position"
 
 
 def position_features(

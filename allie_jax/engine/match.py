@@ -146,7 +146,7 @@ def _parse_uci(spec: str) -> PlayerSpec:
 
 
 def _parse_maia(spec: str) -> PlayerSpec:
-    """``maia:DIR[:PRESET[:ELO]]`` (issue 12: ``allie_jax.baselines.maia_player``)."""
+    """``maia:DIR[:PRESET[:ELO]]`` (``allie_jax.baselines.maia_player``)."""
     from allie_jax.baselines.maia_player import parse_maia_spec
 
     m = parse_maia_spec(spec)

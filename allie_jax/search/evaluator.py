@@ -16,7 +16,7 @@ at ply 150 and 32 games, ~0.6 GB per simulation step for a 124M model. The path'
 of all layers are read by one gather per store, fenced by an optimisation barrier before the
 model runs: read layer by layer, nothing ordered the last layers' reads before the step's write
 of the new token into the same stores, so XLA copied both whole [B, N, L, heads, hd] stores
-twice per step (4 x 77 MB at batch 32 with a 124M model: 77 -> 65 ms per step).
+twice per step (the figures are in bench/RESULTS.md).
 
 Rows that ran out of simulations (``num_active``: rows at or past it are idle this step) skip
 the model and the chess rules (move, legal mask, outcome): ``row_buckets`` lists the batch sizes
@@ -74,7 +74,7 @@ def _attend_one(q, k, v, root_k, root_v, root_len, live, path_k, path_v, path_le
     (a ``lax.cond``), so a 35-token root in a 128-wide cache reads 64 positions, not 128.
     path_k/v: [b, heads, P, hd] (first ``path_len`` valid). Heads come before positions so
     each (row, head) is one contiguous matrix-vector product (with positions first, XLA on CPU
-    transposed the root cache at every call, or reduced it ~3x slower).
+    transposed the root cache at every call, or reduced it several times more slowly).
     ``group`` > 1: rows come in groups of ``group`` leaves of one game, and ``root_k/v`` hold
     one row per game: each game's root is read once for all its leaves (one matrix product).
     """
@@ -223,8 +223,8 @@ def path_forward(
 # that covers the longest active path; ``max_path`` beyond the last): gathering all
 # ``max_path`` slots per row and splitting them per layer moved ~4x the bytes the path holds.
 # Most paths are 2-4 deep, so 4 slots usually suffice. Each width compiles the model once
-# more per row bucket: (4, 8) against (8,) was 3% faster per move and 25% slower to compile
-# (bench/RESULTS.md).
+# more per row bucket: (4, 8) against (8,) trades a little time per move for a longer
+# compile (both measured in bench/RESULTS.md).
 SHORT_PATHS = (4, 8)
 
 
