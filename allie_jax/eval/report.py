@@ -107,8 +107,9 @@ def to_markdown(report: dict) -> str:
     if meta.get("intervals"):
         lines += [
             f"Intervals of rates, means and correlations: {meta['intervals']}; ‡ marks a cell on "
-            f"fewer than {FEW}. A correlation's interval resamples whole clusters (its positions "
-            "are not independent draws), so it is wider than Fisher's interval over positions.",
+            f"fewer than {FEW}. A correlation's interval resamples whole clusters too (a game's "
+            "positions are not independent draws): wider than Fisher's interval over positions "
+            "when they move together.",
             "",
         ]
 
