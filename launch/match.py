@@ -51,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         help="Allie spends its raw predicted think time (may lose on time)",
     )
     p.add_argument(
+        "--system_options",
+        default="",
+        help="SearchConfig fields for the Allie sides, key=value,... as launch.evaluate's "
+        "(e.g. lambda=0.2,lambda_schedule=constant,c_puct=1.5,selection=kl)",
+    )
+    p.add_argument(
         "--uci-movetime",
         type=float,
         default=None,
@@ -58,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     try:
+        options = []
+        for item in filter(None, (x.strip() for x in args.system_options.split(","))):
+            key, eq, value = item.partition("=")
+            if not eq or not key:
+                raise ValueError(f"--system_options {item!r}: expected key=value")
+            options.append((key, value))
         cfg = MatchConfig(
             white=parse_spec(args.white),
             black=parse_spec(args.black),
@@ -70,9 +82,11 @@ def main(argv: list[str] | None = None) -> int:
             allow_resign=not args.no_resign,
             raw_think_times=args.raw_think_times,
             uci_movetime=args.uci_movetime,
+            search_options=tuple(options),
         )
-    except ValueError as exc:
-        p.error(str(exc))
+    except ValueError as exc:  # a bad spec or option: one line naming it
+        print(f"launch.match: error: {exc}", file=sys.stderr)
+        return 2
     result = run_match(cfg, output=args.output, log=lambda s: print(s, file=sys.stderr))
     print(
         f"{len(result.games)} games, {result.plies} plies in {result.wall_s:.1f} s "

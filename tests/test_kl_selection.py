@@ -155,3 +155,32 @@ def _wait_calls(allie, n: int, timeout: float = 30.0) -> None:
     while len(allie.calls) < n and time.monotonic() < end:
         time.sleep(0.01)
     assert len(allie.calls) >= n
+
+
+def test_selection_through_launch_match(tmp_path, capsys):
+    """``launch.match --system_options`` (launch.evaluate's spelling) reaches Allie's SearchConfig
+    in every batched call; a misspelt value or key is one line, before any game starts."""
+    from allie_jax.engine.match import MatchConfig, parse_spec, run_match
+    from launch.match import main
+    from tests.test_uci import ScriptedAllie
+
+    spec = parse_spec("allie:a:search:1500")
+    options = (("selection", "kl"), ("lambda", "0.2"), ("lambda_schedule", "paper"))
+    cfg = MatchConfig(
+        spec, spec, games=1, max_plies=2, time_control="180+2", search_options=options
+    )
+    allie = ScriptedAllie()
+    run_match(cfg, output=tmp_path / "m.pgn", allie_loader=lambda _: allie)
+    assert len(allie.calls) == 2
+    for _, _, config, _ in allie.calls:
+        assert (config.mode, config.selection) == ("search", "kl")
+        assert (config.anchor_lambda, config.lambda_schedule) == (0.2, "paper")
+    side = "allie:a:search:1500"
+    for option, line in (
+        ("selection=kll", "selection='kll': expected one of ['puct', 'kl']"),
+        ("selction=kl", "--system_options selction='kl': not a SearchConfig field"),
+    ):
+        argv = ["--white", side, "--black", side, "--system_options", option]
+        assert main([*argv, "--output", str(tmp_path / "x.pgn")]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"launch.match: error: {line}"]
+    assert not (tmp_path / "x.pgn").exists()

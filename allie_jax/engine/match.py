@@ -186,8 +186,14 @@ class MatchConfig:
     # Allie on the engine's closed set of shapes (``Allie.fix_shapes``): None = when a side's
     # preset has per-game budgets (adaptive modes); True/False = always/never
     fixed_shapes: bool | None = None
+    # SearchConfig fields for Allie's presets (``launch.match --system_options``, the spelling
+    # of ``launch.evaluate``: ``lambda``, ``lambda_schedule``, ``c_puct``, ``selection``, ...)
+    search_options: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        for spec in (self.white, self.black):
+            if spec.kind == "allie":
+                self.allie_preset(spec.preset)  # checks the options before any game starts
         base, _, inc = vocab.normalize_time_control(self.time_control).partition("+")
         if not (base.isdigit() and inc.isdigit() and int(base) > 0):
             raise ValueError(f"time control {self.time_control!r}: expected BASE+INC seconds")
@@ -197,6 +203,15 @@ class MatchConfig:
     @property
     def base_s(self) -> float:
         return float(vocab.normalize_time_control(self.time_control).split("+")[0])
+
+    def allie_preset(self, preset: str) -> Any:
+        """What Allie's ``play`` gets for ``preset``: the name, or with ``search_options`` its
+        SearchConfig (a misspelt key or value is one ValueError line)."""
+        if not self.search_options:
+            return preset
+        from allie_jax.search.config import from_options
+
+        return from_options(preset, dict(self.search_options), strict=True)
 
     @property
     def inc_s(self) -> float:
@@ -383,7 +398,7 @@ def run_match(
                 t_call, compile_s = time.monotonic(), _COMPILE_S[0]
                 decisions = allies[(kind, ckpt)].play(
                     games,
-                    preset,
+                    cfg.allie_preset(preset) if kind == "allie" else preset,
                     cfg.seed * 1_000_003 + step,
                     deadline=t_call + min(b for b in budgets if b is not None),
                 )

@@ -453,37 +453,11 @@ def _greedy(name: str, ctx: SystemContext) -> System:
 
 def search_config(mode: str, options: Mapping[str, str]):
     """``SearchConfig.preset(mode)`` with every ``--system_options`` key that names a
-    ``SearchConfig`` field applied (``lambda`` is ``anchor_lambda``), cast to the field's type;
-    other keys belong to other factories and are ignored here."""
-    from allie_jax.search.config import SearchConfig
+    ``SearchConfig`` field applied (``search.config.from_options``: ``lambda`` is
+    ``anchor_lambda``); other keys belong to other factories and are ignored here."""
+    from allie_jax.search.config import from_options
 
-    fields = {f.name: f for f in dataclasses.fields(SearchConfig)}
-    defaults = SearchConfig()
-    overrides: dict[str, Any] = {}
-    for key, text in options.items():
-        field = SEARCH_OPTION_ALIASES.get(key, key)
-        if field not in fields or field == "mode":
-            continue
-        default = getattr(defaults, field)
-        try:
-            if isinstance(default, bool):
-                if text.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(text)
-                value: Any = text.lower() in ("true", "1")
-            elif default is None or isinstance(default, str):
-                value = None if text in ("", "none", "None") else text
-            else:
-                value = type(default)(text)
-        except ValueError:
-            raise ValueError(
-                f"--system_options {key}={text!r}: not a valid {type(default).__name__}"
-            ) from None
-        overrides[field] = value
-    return SearchConfig.preset(mode, **overrides)
-
-
-# option names accepted for SearchConfig fields besides the fields' own names
-SEARCH_OPTION_ALIASES = {"lambda": "anchor_lambda"}
+    return from_options(mode, options)
 
 
 def _search(name: str, ctx: SystemContext) -> System:

@@ -15,6 +15,7 @@ lists a bug to fix; each such field names the released value so it can be reprod
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from allie_jax.game import TIME_MEAN
@@ -179,3 +180,42 @@ class SearchConfig:
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name}={value!r}: expected one of {list(choices)}")
+
+
+# option names accepted for SearchConfig fields besides the fields' own names
+OPTION_ALIASES = {"lambda": "anchor_lambda"}
+
+
+def from_options(
+    mode: str, options: Mapping[str, str], *, strict: bool = False, flag: str = "--system_options"
+) -> SearchConfig:
+    """``SearchConfig.preset(mode)`` with every ``key=value`` of ``options`` that names a field
+    (or an ``OPTION_ALIASES`` name: ``lambda`` is ``anchor_lambda``) applied, cast from text to
+    the field's type. The evaluator's systems share one option list with other factories, so
+    other keys are skipped there; ``strict`` (``launch.match``) makes them an error. Every
+    error is one line naming ``flag``, the key and the value."""
+    fields = {f.name for f in dataclasses.fields(SearchConfig)}
+    defaults = SearchConfig()
+    overrides: dict[str, Any] = {}
+    for key, text in options.items():
+        field = OPTION_ALIASES.get(key, key)
+        if field not in fields or field == "mode":
+            if strict:
+                raise ValueError(f"{flag} {key}={text!r}: not a SearchConfig field")
+            continue
+        default = getattr(defaults, field)
+        try:
+            if isinstance(default, bool):
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(text)
+                value: Any = text.lower() in ("true", "1")
+            elif default is None or isinstance(default, str):
+                value = None if text in ("", "none", "None") else text
+            else:
+                value = type(default)(text)
+        except ValueError:
+            raise ValueError(
+                f"{flag} {key}={text!r}: not a valid {type(default).__name__}"
+            ) from None
+        overrides[field] = value
+    return SearchConfig.preset(mode, **overrides)
