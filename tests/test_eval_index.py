@@ -192,3 +192,45 @@ def test_four_tasks_on_a_zst_read_only_their_share(sample_pgn, tmp_path):
         assert 0 < r["games"] < copy / 2
     for r in reads[1:]:  # the other tasks never read the compressed input beyond its two ends
         assert not r["index_built"] and r["index"] < 2 * game_index.PROBE + 16_384
+
+
+def test_tasks_on_gcs_fetch_only_their_games(sample_pgn):
+    """The same job with the .zst and the records on gs:// (the GCS emulator): the emulator's own
+    log of served bytes, not our counter, says that after the first task's index pass each task
+    fetched its own frames of the copy (ranged reads, not the remote file's MiB read-ahead
+    blocks) and only the two probed ends of the input."""
+    from tests.support.gcs_emulator import emulated_gcs
+
+    sysmod.register("first", _First)
+    try:
+        with emulated_gcs() as gcs:
+            source = epath.Path("gs://bucket/in/games.pgn.zst")
+            source.write_bytes(sample_pgn.read_bytes())
+            base = dict(systems=("first",), max_games=200, chunk_games=50, random_games=0,
+                        progress=False, plots=False, num_shards=4)  # fmt: skip
+            served = []
+            for k in range(4):
+                before = len(gcs.reads)
+                ev.evaluate(None, str(source), "gs://bucket/job",
+                            ev.EvalConfig(**base, shard_index=k))  # fmt: skip
+                by_name: dict[str, int] = {}
+                for r in gcs.reads[before:]:
+                    by_name[r.name] = by_name.get(r.name, 0) + r.nbytes
+                served.append(by_name)
+            index, _ = game_index.load(epath.Path("gs://bucket/job/records/index"))
+            assert json.loads(epath.Path("gs://bucket/job/report.json").read_text())["meta"]
+    finally:
+        sysmod._REGISTRY.pop("first")
+    size, copy = sample_pgn.stat().st_size, index.meta["copy_bytes"]
+    name = "job/records/index/" + game_index.COPY
+    assert served[0]["in/games.pgn.zst"] >= size
+    frames = [
+        sum(int(n) for n, g in zip(index.lengths, index.game_ids, strict=True)
+            if stream.shard_of(g, 4) == k)
+        for k in range(4)
+    ]  # fmt: skip
+    for k in range(4):
+        if k:
+            assert served[k]["in/games.pgn.zst"] <= 2 * game_index.PROBE
+        # its own frames (about a quarter of the copy), and the few small gaps merged between them
+        assert frames[k] <= served[k][name] <= frames[k] + 0.1 * copy

@@ -26,6 +26,7 @@ import io
 import json
 import logging
 import lzma
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -41,6 +42,7 @@ from allie_jax.pgn import ParseStats, read_games
 FORMAT = 1
 COMPRESSED = (".zst", ".bz2", ".gz", ".xz")
 COPY = "games.pgn.zst"  # the seekable copy of a compressed input, one zstd frame per game
+BATCH = 256  # games fetched per round of (concurrent, on an object store) ranged reads
 HEARTBEAT_S = 60.0  # the builder refreshes its lock this often (a lock untouched is taken over)
 
 
@@ -107,16 +109,61 @@ def _game_texts(f) -> Iterator[tuple[int, bytes]]:
 PROBE = 1 << 16  # bytes hashed at each end of the file to tell that an index is still its own
 
 
+GAP = 512  # remote reads: ranges closer than this are fetched as one request
+
+
+def _remote(path) -> bool:
+    return "://" in str(path)
+
+
+def _size(path) -> int:
+    if _remote(path):
+        import fsspec
+
+        fs, name = fsspec.core.url_to_fs(str(path))
+        return int(fs.size(name))
+    return os.path.getsize(os.fspath(path))
+
+
+def read_ranges(path, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+    """The bytes ``[start, end)`` of each range. On an object store (gs://, s3://) these are
+    ranged requests, issued concurrently, nearby ones merged (``GAP``): an ordinary remote file
+    object would fetch a whole read-ahead block (MiBs) around each small game."""
+    if not len(starts):
+        return []
+    if _remote(path):
+        import fsspec
+
+        fs, name = fsspec.core.url_to_fs(str(path))
+        spans: list[list[int]] = []  # merged [start, end) of ranges in increasing order
+        where = []  # (span, offset in it) of each range
+        for a, b in zip(starts, ends, strict=True):
+            a, b = int(a), int(b)
+            if spans and spans[-1][0] <= a and a - spans[-1][1] <= GAP:
+                spans[-1][1] = max(spans[-1][1], b)
+            else:
+                spans.append([a, b])
+            where.append((len(spans) - 1, a - spans[-1][0]))
+        got = fs.cat_ranges(
+            [name] * len(spans), [a for a, _ in spans], [b for _, b in spans], on_error="raise"
+        )
+        return [
+            bytes(got[j][o : o + int(b) - int(a)])
+            for (j, o), a, b in zip(where, starts, ends, strict=True)
+        ]
+    out = []
+    with epath.Path(path).open("rb") as f:
+        for a, b in zip(starts, ends, strict=True):
+            f.seek(int(a))
+            out.append(f.read(int(b) - int(a)))
+    return out
+
+
 def probe(path) -> dict:
     """The file's size and a hash of its first and last 64 KiB: cheap to recompute, so a task can
     tell that an existing index was built from this file without reading all of it."""
-    p = epath.Path(path)
-    with p.open("rb") as f:
-        head = f.read(PROBE)
-        f.seek(0, io.SEEK_END)
-        size = f.tell()
-        f.seek(max(size - PROBE, 0))
-        tail = f.read(PROBE)
+    size = _size(path)
+    head, tail = read_ranges(path, [0, max(size - PROBE, 0)], [min(PROBE, size), size])
     return {"size": size, "ends": hashlib.sha256(head + b"\0" + tail).hexdigest()}
 
 
@@ -394,10 +441,11 @@ def shard_games(
             import zstandard
 
             dctx = zstandard.ZstdDecompressor()
-        with source.open("rb") as f:
-            for i in mine:
-                f.seek(int(index.offsets[i]))
-                data = f.read(int(index.lengths[i]))
+        for lo in range(0, len(mine), BATCH):
+            batch = mine[lo : lo + BATCH]
+            starts = index.offsets[batch]
+            pieces = read_ranges(source, starts, starts + index.lengths[batch])
+            for i, data in zip(batch, pieces, strict=True):
                 count[0] += len(data)
                 if dctx is not None:
                     data = dctx.decompress(data)
