@@ -357,6 +357,8 @@ class Lock:
         import time
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        pause = 1.0  # waiting tasks back off to one attempt per 15 s (an object store's write
+        # rate on one object is limited, and a hundred tasks may wait for one index)
         while True:
             token = self.file.create(self._text())
             if token is not None:
@@ -371,7 +373,8 @@ class Lock:
                 continue
             if not wait:
                 return False
-            time.sleep(1.0)
+            time.sleep(pause)
+            pause = min(pause * 1.5, 15.0)
 
     def holder(self) -> str:
         try:
