@@ -234,3 +234,19 @@ def test_tasks_on_gcs_fetch_only_their_games(sample_pgn):
             assert served[k]["in/games.pgn.zst"] <= 2 * game_index.PROBE
         # its own frames (about a quarter of the copy), and the few small gaps merged between them
         assert frames[k] <= served[k][name] <= frames[k] + 0.1 * copy
+
+
+def test_a_cut_or_junk_compressed_input(sample_pgn, tmp_path):
+    """A .zst cut short (a truncated download) is indexed up to the cut, as the streaming reader
+    reads it; a file that is not zstd at all is one error naming it."""
+    cut = tmp_path / "cut.pgn.zst"
+    cut.write_bytes(sample_pgn.read_bytes()[:100_000])
+    index = game_index.build(cut, 10_000, [], seed=0, where=epath.Path(tmp_path / "i1"))
+    stats = ParseStats()
+    streamed = list(stream.game_stream(cut, 10_000, stats))
+    assert index.game_ids == [g.game_id for g in streamed] and 0 < len(streamed) < 999
+    assert index.parse_stats()["games_read"] == stats.games_read
+    junk = tmp_path / "junk.pgn.zst"
+    junk.write_bytes(b'[Event "not compressed"]\n' * 100)
+    with pytest.raises(ValueError, match="junk.pgn.zst"):
+        game_index.build(junk, 10, [], seed=0, where=epath.Path(tmp_path / "i2"))

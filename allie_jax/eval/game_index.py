@@ -4,8 +4,9 @@ The first task to arrive builds it under a lock (``RECORDS/index/``); the others
 read it. One pass over the input's bytes gives, for each of the first ``max_games`` usable games,
 its byte offset, length and id; the sha256 of every byte read (the job's identity of the games);
 the parse statistics; and the search / Stockfish subsamples (``stream.Selection``), chosen from
-the same pass. A task then seeks to its own games and reads only their bytes, so with N tasks
-each reads about 1/N of the input instead of all of it (twice with a subsample).
+the same pass. A task then seeks to its own games and reads only their bytes (on an object store
+as concurrent ranged requests, ``read_ranges``), so with N tasks each reads about 1/N of the
+input instead of all of it (twice with a subsample).
 
 A compressed input (.zst, .bz2, .gz, .xz) cannot be read at an offset, so the same pass also
 prepares a seekable copy next to the index: each indexed game as its own zstd frame
@@ -311,8 +312,12 @@ def build(
 def _truncation_tolerant(texts: Iterator[tuple[int, bytes]], path, stats: ParseStats):
     """The games of a decompressed stream up to a cut (a truncated download): the games before
     the cut are indexed, the cut one is counted as ``truncated``, as the streaming reader does."""
+    import zstandard
+
     try:
         yield from texts
+    except zstandard.ZstdError as e:  # not zstd at all, or a corrupt frame
+        raise ValueError(f"cannot read PGN input {str(path)!r}: {e}") from e
     except (EOFError, OSError) as e:
         logging.getLogger(__name__).warning(
             "%s: the compressed stream is cut short (%s); the games before the cut are indexed",
@@ -320,10 +325,6 @@ def _truncation_tolerant(texts: Iterator[tuple[int, bytes]], path, stats: ParseS
             e,
         )
         stats.dropped["truncated"] = stats.dropped.get("truncated", 0) + 1
-    except Exception as e:  # zstandard.ZstdError is neither: a cut frame or not zstd at all
-        if type(e).__name__ != "ZstdError":
-            raise
-        raise ValueError(f"cannot read PGN input {str(path)!r}: {e}") from e
 
 
 class _Hashing:
