@@ -23,10 +23,9 @@ offered (their budget is a predicted think time) and every game gets ``num_simul
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import chess
@@ -40,10 +39,9 @@ from allie_jax.baselines import lc0_moves
 from allie_jax.baselines import lc0_planes_jax as pj
 from allie_jax.baselines.lc0_planes import GameEncoder
 from allie_jax.baselines.maia import MaiaNet
-from allie_jax.game import Game, normalize_think_time
+from allie_jax.game import Game
 from allie_jax.search import leaves
 from allie_jax.search.config import DEFAULT_ANCHOR_LAMBDA, SearchConfig
-from allie_jax.search.prefill import ENGINE_SHORT_WIDTH, LENGTH_BUCKETS
 from allie_jax.search.searcher import Searcher
 from allie_jax.search.tree_search import NodeEval
 
@@ -122,7 +120,7 @@ def evaluate(net: MaiaNet, state, boards, rep, valid, legal) -> tuple[jax.Array,
 
 
 @dataclasses.dataclass(frozen=True)
-class MaiaLeaves:
+class MaiaLeaves(leaves.PositionLeaves):
     """Maia's ``leaves.Leaves``: a node carries its state and 8-board history (the context holds
     the roots' history)."""
 
@@ -137,37 +135,28 @@ class MaiaLeaves:
         has_move = (ev.prior_logits > leaves.NO_TOKEN / 2).any(-1)
         return ev._replace(terminal=~has_move, value=jnp.where(has_move, value, ev.value))
 
-    def make_expand(self, model: Any, context, row_buckets: tuple[int, ...]):
-        def expand_one(node, action, _):
-            child = chess_jax.apply(node["state"], action)
-            legal = chess_jax.legal_mask(child)
-            boards, rep, valid = pj.push_history(
-                node["boards"],
-                node["rep"],
-                node["valid"],
-                pj.absolute_boards(child),
-                pj.repeated(child),
-            )
-            logits, value = evaluate(model, child, boards, rep, valid, legal)
-            payload = {"state": child, "boards": boards, "rep": rep, "valid": valid}
-            return leaves.node_eval(child, logits, value, payload, legal)
-
-        return leaves.bucketed_expand(row_buckets, context[0].shape[0], expand_one)
-
-    def sort_context(self, context, order, sorted_rows: bool):
-        return leaves.take_rows(context, order, sorted_rows)
+    def child(self, model: Any, node, action, context) -> NodeEval:
+        del context  # a node's history is in its payload
+        child = chess_jax.apply(node["state"], action)
+        legal = chess_jax.legal_mask(child)
+        boards, rep, valid = pj.push_history(
+            node["boards"],
+            node["rep"],
+            node["valid"],
+            pj.absolute_boards(child),
+            pj.repeated(child),
+        )
+        logits, value = evaluate(model, child, boards, rep, valid, legal)
+        payload = {"state": child, "boards": boards, "rep": rep, "valid": valid}
+        return leaves.node_eval(child, logits, value, payload, legal)
 
 
 @functools.partial(aot.jit, static_argnames=("graphdef",))
 def _root(graphdef, params, state, legal, boards, rep, valid):
     net = nnx.merge(graphdef, params)
     logits, value_mover = evaluate(net, state, boards, rep, valid, legal)
-    b = logits.shape[0]
     moves = jnp.where(legal, logits, leaves.NO_TOKEN)
-    full = jnp.full((b, vocab.VOCAB_SIZE), leaves.NO_TOKEN, jnp.float32)
-    time = jnp.full((b,), normalize_think_time(np.float32(0.0)), jnp.float32)
-    value_white = leaves.mover_value(value_mover, state.color == 0)
-    return leaves.RootOutputs(full.at[:, : vocab.NUM_MOVES].set(moves), time, value_white)
+    return leaves.move_root_outputs(moves, leaves.mover_value(value_mover, state.color == 0))
 
 
 def _history(games: Sequence[Game], batch: int):
@@ -180,38 +169,17 @@ def _history(games: Sequence[Game], batch: int):
     return boards, rep, valid
 
 
-class MaiaRoots:
-    """``leaves.Roots`` of Maia: games from the standard start, the root history as context."""
+class MaiaRoots(leaves.PositionRoots):
+    """``leaves.Roots`` of Maia: the root's 8-board history (host encoder) as context."""
 
     leaves = MaiaLeaves()
     claimable_roots = True  # a root in a claimable draw is searched (see MaiaLeaves.root_eval)
 
-    def __init__(self, net: MaiaNet, *, fixed_shapes: bool = False):
-        self.graphdef, self.params = nnx.split(net)
-        self.fixed_shapes = fixed_shapes
-        self.stats = collections.Counter()
+    def host_context(self, games: Sequence[Game], batch: int):
+        return _history(games, batch)
 
-    def forget(self) -> None:
-        pass
-
-    def replay_widths(self) -> tuple[int, ...]:
-        return (ENGINE_SHORT_WIDTH, 512) if self.fixed_shapes else LENGTH_BUCKETS
-
-    def prepare(self, games: Sequence[Game], batch: int):
-        moves = [chess_jax.uci_to_move_ids(list(g.moves)) for g in games]
-        moves += [moves[0]] * (batch - len(games))
-        return moves, _history(games, batch)
-
-    def evaluate(self, prepared, state, legal):
-        context = tuple(jnp.asarray(x) for x in prepared)
-        return _root(self.graphdef, self.params, state, legal, *context), context
-
-    def warm(self, batch: int, replay) -> Iterator[tuple[int, Any, Any, Any, Any]]:
-        start = _history([Game(moves=[])], batch)
-        for width in self.replay_widths():
-            state, legal = replay(width)
-            root, context = self.evaluate(start, state, legal)
-            yield width, state, legal, root, context
+    def root_outputs(self, state, legal, context) -> leaves.RootOutputs:
+        return _root(self.graphdef, self.params, state, legal, *context)
 
 
 def maia_searcher(net: MaiaNet, config: SearchConfig, *, fixed_shapes: bool = False) -> Searcher:
@@ -220,11 +188,6 @@ def maia_searcher(net: MaiaNet, config: SearchConfig, *, fixed_shapes: bool = Fa
         raise ValueError(
             f"mode {config.mode!r} sets each budget from a predicted think time, which Maia "
             "does not have: use search or gumbel"
-        )
-    if config.leaf_batch != 1:
-        raise ValueError(
-            f"leaf_batch={config.leaf_batch}: Maia's leaves are evaluated one per game per step "
-            "(leaf_batch 1)"
         )
     return Searcher(
         net, config, fixed_shapes=fixed_shapes, roots=MaiaRoots(net, fixed_shapes=fixed_shapes)

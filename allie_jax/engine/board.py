@@ -15,10 +15,9 @@ termination-token rule never fires, so it never resigns).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import chess
@@ -32,7 +31,6 @@ from allie_jax.data import board_features, board_features_jax
 from allie_jax.game import Game, normalize_think_time
 from allie_jax.search import decision, leaves
 from allie_jax.search.config import ADAPTIVE_MODES, SearchConfig
-from allie_jax.search.prefill import ENGINE_SHORT_WIDTH, LENGTH_BUCKETS
 from allie_jax.search.searcher import Searcher, SearchOutput
 from allie_jax.search.tree_search import NodeEval
 
@@ -51,6 +49,11 @@ class BoardForward:
     """A jitted forward over batches of boards (batch sizes bucketed to powers of two)."""
 
     max_len = 1 << 30  # no context limit: the model reads the board
+    lengths: tuple[int, ...] = ()  # no token lengths to warm: one board shape per batch bucket
+
+    def fix_shapes(self) -> None:
+        """Nothing to close: batches are already bucketed to powers of two (``Allie.warmup``
+        calls this on every family's forward)."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -117,7 +120,7 @@ def _forward(model: Any, state, legal, white_elo, black_elo, refine: bool):
 
 
 @dataclasses.dataclass(frozen=True)
-class BoardLeaves:
+class BoardLeaves(leaves.PositionLeaves):
     """The board family's ``leaves.Leaves``: a node carries its state; the context the Elos."""
 
     refine: bool = True  # the final (refined) distribution is the prior, as ``BoardForward``
@@ -127,66 +130,40 @@ class BoardLeaves:
         value = leaves.mover_value(root_out.value, state.color == 0)
         return leaves.node_eval(state, root_out.policy_logits, value, {"state": state})
 
-    def make_expand(self, model: Any, context, row_buckets: tuple[int, ...]):
-        def evaluate(node, action, elos):
-            child = chess_jax.apply(node["state"], action)
-            legal = chess_jax.legal_mask(child)
-            lp, value_white = _forward(model, child, legal, *elos, self.refine)
-            value = leaves.mover_value(value_white, child.color == 0)
-            return leaves.node_eval(child, lp, value, {"state": child}, legal)
-
-        batch = context[0].shape[0]
-        return leaves.bucketed_expand(row_buckets, batch, evaluate, context)
-
-    def sort_context(self, context, order, sorted_rows: bool):
-        return leaves.take_rows(context, order, sorted_rows)
+    def child(self, model: Any, node, action, context) -> NodeEval:
+        child = chess_jax.apply(node["state"], action)
+        legal = chess_jax.legal_mask(child)
+        lp, value_white = _forward(model, child, legal, *context, self.refine)
+        value = leaves.mover_value(value_white, child.color == 0)
+        return leaves.node_eval(child, lp, value, {"state": child}, legal)
 
 
 @functools.partial(aot.jit, static_argnames=("graphdef", "refine"))
 def _root(graphdef, params, state, legal, white_elo, black_elo, *, refine: bool):
     model = nnx.merge(graphdef, params)
     lp, value = _forward(model, state, legal, white_elo, black_elo, refine)
-    b = lp.shape[0]
-    logits = jnp.full((b, vocab.VOCAB_SIZE), NO_TOKEN, jnp.float32).at[:, : vocab.NUM_MOVES].set(lp)
-    time = jnp.full((b,), normalize_think_time(np.float32(0.0)), jnp.float32)
-    return leaves.RootOutputs(logits, time, value)
+    return leaves.move_root_outputs(lp, value)
 
 
-class BoardRoots:
-    """``leaves.Roots`` of the board family: games from the standard start, Elos as context."""
+class BoardRoots(leaves.PositionRoots):
+    """``leaves.Roots`` of the board family: the games' Elos (Elo-conditioned) as context."""
 
     def __init__(self, model: Any, config: SearchConfig, *, fixed_shapes: bool = False):
+        super().__init__(model, fixed_shapes=fixed_shapes)
         self.config = config
         self.leaves = BoardLeaves(refine=bool(model.config.refinement))
-        self.graphdef, self.params = nnx.split(model)
-        self.fixed_shapes = fixed_shapes
-        self.stats = collections.Counter()
 
-    def forget(self) -> None:
-        pass
+    def games(self, games: Sequence[Game]) -> list[Game]:
+        return [decision.conditioned_game(self.config, g) for g in games]
 
-    def replay_widths(self) -> tuple[int, ...]:
-        return (ENGINE_SHORT_WIDTH, 512) if self.fixed_shapes else LENGTH_BUCKETS
-
-    def prepare(self, games: Sequence[Game], batch: int):
-        games = [decision.conditioned_game(self.config, g) for g in games]
-        moves = [chess_jax.uci_to_move_ids(list(g.moves)) for g in games]
-        moves += [moves[0]] * (batch - len(games))
-        elos = np.zeros((2, batch), np.int32)
+    def host_context(self, games: Sequence[Game], batch: int) -> np.ndarray:
+        elos = np.zeros((2, batch), np.int32)  # (white, black) per row; padding rows unknown
         for i, g in enumerate(games):
             elos[:, i] = (g.white_elo or 0, g.black_elo or 0)
-        return moves, elos
+        return elos
 
-    def evaluate(self, prepared, state, legal):
-        elos = (jnp.asarray(prepared[0]), jnp.asarray(prepared[1]))
-        root = _root(self.graphdef, self.params, state, legal, *elos, refine=self.leaves.refine)
-        return root, elos
-
-    def warm(self, batch: int, replay) -> Iterator[tuple[int, Any, Any, Any, Any]]:
-        for width in self.replay_widths():
-            state, legal = replay(width)
-            root, context = self.evaluate(np.zeros((2, batch), np.int32), state, legal)
-            yield width, state, legal, root, context
+    def root_outputs(self, state, legal, context) -> leaves.RootOutputs:
+        return _root(self.graphdef, self.params, state, legal, *context, refine=self.leaves.refine)
 
 
 class BoardSearcher(Searcher):
@@ -199,11 +176,6 @@ class BoardSearcher(Searcher):
             raise ValueError(
                 f"mode {config.mode!r} sets each budget from a predicted think time, which the "
                 "board model does not have: use search or gumbel"
-            )
-        if config.leaf_batch != 1:
-            raise ValueError(
-                f"leaf_batch={config.leaf_batch}: the board model's leaves are evaluated one per "
-                "game per step (leaf_batch 1)"
             )
         roots = BoardRoots(model, config, fixed_shapes=fixed_shapes)
         super().__init__(model, config, fixed_shapes=fixed_shapes, roots=roots)

@@ -17,6 +17,8 @@ family's raw outputs into one (legal-masked logits, exact values at terminal nod
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -24,9 +26,10 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from allie_jax import chess_jax, vocab
-from allie_jax.game import Game
+from allie_jax.game import Game, normalize_think_time
 from allie_jax.search.selection import mask_logits
 from allie_jax.search.tree_search import ExpandFn, NodeEval
 
@@ -77,13 +80,13 @@ def take_rows(tree: Any, order: jax.Array, sorted_rows: bool, axis: int = 0) -> 
     return jax.tree.map(lambda x: jnp.take(x, order, axis=axis), tree)
 
 
-def shrink_and_pad(size: int, batch: int, fn, *args) -> NodeEval:
-    """``fn`` on the first ``size`` rows of ``args`` (leaves [B, ...]), padded back to ``batch``.
+def shrink_and_pad(size: int, rows: int, fn, *args) -> NodeEval:
+    """``fn`` on the first ``size`` rows of ``args`` (leaves [R, ...]), padded back to ``rows``.
 
     The idle tail of a sorted, mixed-budget batch then costs nothing (its writes are dropped).
     """
     ev = fn(*jax.tree.map(lambda x: x[:size], args))
-    pad = batch - size
+    pad = rows - size
     if not pad:
         return ev
     return jax.tree.map(lambda x: jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)), ev)
@@ -95,18 +98,35 @@ def bucketed_expand(
     """An ExpandFn for a family whose leaves need the parent's payload, the action and the
     per-game ``context`` (leaves [B, ...]) but not the path (the model reads the position).
 
-    ``evaluate(parent_payload, action, context)`` runs on the smallest of ``row_buckets``
-    covering the active rows (a ``lax.switch``); ``row_buckets`` descend from ``batch``.
+    ``row_buckets`` descend from the leaf rows of a step, B·K with ``leaf_batch`` K (row r is a
+    leaf of game r // K, so a game's K rows read its payload store and its context row), in
+    multiples of K. ``evaluate(parent_payload, action, context)`` runs on the smallest bucket
+    covering the active rows (a ``lax.switch``), every argument with one row per leaf.
     """
     buckets = tuple(row_buckets or (batch,))
-    if buckets[0] != batch or list(buckets) != sorted(buckets, reverse=True):
-        raise ValueError(f"row_buckets={buckets} must descend from the batch size {batch}")
+    k = buckets[0] // batch if batch else 1
+    if (
+        k < 1
+        or buckets[0] != batch * k
+        or list(buckets) != sorted(buckets, reverse=True)
+        or any(size % k for size in buckets)
+    ):
+        raise ValueError(
+            f"row_buckets={buckets} must descend from the leaf rows (batch size {batch} x "
+            "leaf_batch) in multiples of leaf_batch"
+        )
+    rows_total = buckets[0]
+    if k > 1:  # a game's K leaf rows each read its context row
+        context = jax.tree.map(lambda x: jnp.repeat(x, k, axis=0), context)
 
     def expand(payloads, parent, path_nodes, path_len, action, num_active=None):
         del path_nodes, path_len
         rows = jnp.arange(parent.shape[0])
-        node = jax.tree.map(lambda x: x[rows, parent], payloads)
-        branches = [functools.partial(shrink_and_pad, size, batch, evaluate) for size in buckets]
+        game = rows if k == 1 else rows // k
+        node = jax.tree.map(lambda x: x[game, parent], payloads)
+        branches = [
+            functools.partial(shrink_and_pad, size, rows_total, evaluate) for size in buckets
+        ]
         if len(branches) == 1:
             return branches[0](node, action, context)
         if num_active is None:
@@ -115,6 +135,35 @@ def bucketed_expand(
         return jax.lax.switch(bucket, branches, node, action, context)
 
     return expand
+
+
+def move_root_outputs(move_logits: jax.Array, value_white: jax.Array) -> RootOutputs:
+    """``RootOutputs`` of a family that predicts moves only: ``move_logits`` [B, 1968] first,
+    ``NO_TOKEN`` for the special tokens (it never resigns by the termination token), and the
+    think time of a family without a time head (``normalize_think_time(0)``)."""
+    b = move_logits.shape[0]
+    full = jnp.full((b, vocab.VOCAB_SIZE), NO_TOKEN, jnp.float32)
+    time = jnp.full((b,), normalize_think_time(np.float32(0.0)), jnp.float32)
+    return RootOutputs(full.at[:, : vocab.NUM_MOVES].set(move_logits), time, value_white)
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionLeaves:
+    """``Leaves`` of a family whose model reads the position (not the path): a node's payload
+    holds its ``chess_jax`` state (and whatever else the family keeps per node), a new node is
+    ``child``'s one rules step and one model call for every leaf row of the step, and the
+    context has one row per game. A family writes ``root_eval`` and ``child``."""
+
+    def child(self, model: Any, node: Any, action: jax.Array, context: Any) -> NodeEval:
+        """The NodeEval of the positions after ``action`` from ``node`` (one row per leaf)."""
+        raise NotImplementedError
+
+    def make_expand(self, model: Any, context: Any, row_buckets: tuple[int, ...]) -> ExpandFn:
+        batch = jax.tree.leaves(context)[0].shape[0]
+        return bucketed_expand(row_buckets, batch, functools.partial(self.child, model), context)
+
+    def sort_context(self, context: Any, order: jax.Array, sorted_rows: bool) -> Any:
+        return take_rows(context, order, sorted_rows)
 
 
 class Leaves(Protocol):
@@ -152,3 +201,59 @@ class Roots(Protocol):
 
     def forget(self) -> None:
         """Drop whatever is kept between calls (the decoder's per-game cache)."""
+
+
+class PositionRoots:
+    """``Roots`` of a family whose model reads the position: games from the standard start (the
+    Searcher replays their moves inside jit), a per-game ``context`` from the host, and a jitted
+    root evaluation. A family gives ``leaves``, ``host_context`` and ``root_outputs``.
+
+    ``claimable_roots``: a root in a draw the rules would let a player claim is still searched
+    (only a root without a legal move is over), for a family whose leaves say so.
+    """
+
+    leaves: Leaves
+    claimable_roots: bool = False
+
+    def __init__(self, model: Any, *, fixed_shapes: bool = False) -> None:
+        self.graphdef, self.params = nnx.split(model)
+        self.fixed_shapes = fixed_shapes
+        self.stats: collections.Counter = collections.Counter()
+
+    def host_context(self, games: Sequence[Game], batch: int) -> tuple[np.ndarray, ...]:
+        """Per-game host arrays (leading axis ``batch``; rows past ``games`` are padding)."""
+        raise NotImplementedError
+
+    def root_outputs(self, state: Any, legal: jax.Array, context: tuple) -> RootOutputs:
+        """The roots' outputs (a jitted call on ``graphdef`` / ``params``)."""
+        raise NotImplementedError
+
+    def games(self, games: Sequence[Game]) -> Sequence[Game]:
+        """The games as the family reads them (the board model: Elo conditioning)."""
+        return games
+
+    def forget(self) -> None:
+        pass
+
+    def replay_widths(self) -> tuple[int, ...]:
+        """The decoder's cache widths (prefill imports this module, hence the late import)."""
+        from allie_jax.search.prefill import ENGINE_SHORT_WIDTH, LENGTH_BUCKETS
+
+        return (ENGINE_SHORT_WIDTH, 512) if self.fixed_shapes else LENGTH_BUCKETS
+
+    def prepare(self, games: Sequence[Game], batch: int):
+        games = list(self.games(games))
+        moves = [chess_jax.uci_to_move_ids(list(g.moves)) for g in games]
+        moves += [moves[0]] * (batch - len(games))
+        return moves, self.host_context(games, batch)
+
+    def evaluate(self, prepared, state, legal):
+        context = tuple(jnp.asarray(x) for x in prepared)
+        return self.root_outputs(state, legal, context), context
+
+    def warm(self, batch: int, replay) -> Iterator[tuple[int, Any, Any, Any, Any]]:
+        start = self.host_context([Game(moves=[])], batch)
+        for width in self.replay_widths():
+            state, legal = replay(width)
+            root, context = self.evaluate(start, state, legal)
+            yield width, state, legal, root, context
