@@ -10,7 +10,8 @@ training workdir (its best checkpoint, else the latest).
 At scale: ``--num_shards N --shard_index K`` runs one shard; in a SLURM array or a Kubernetes
 Indexed Job the index comes from ``SLURM_ARRAY_TASK_ID`` / ``JOB_COMPLETION_INDEX``, under
 ``--distributed`` from the jax process (docs/cluster/); a killed run restarted with the same flags
-skips its committed chunks. The report of a finished job (its records directory, or a parent of
+skips its committed chunks. The first task indexes the games once for all (``--prepare_index``
+does it as a step of its own). The report of a finished job (its records directory, or a parent of
 per-task output folders), or of a slice of it:
 
     python -m launch.evaluate --report_only OUTDIR/records --output OUT2 [--filter "white_elo >= 2000"]
@@ -94,6 +95,14 @@ _INDEX_DIR = flags.DEFINE_string(
     "(one zstd frame per game) of a compressed input (default RECORDS/index; give one shared "
     "path when tasks write per-task folders); 'none': every task streams the whole input.",
 )
+_PREPARE_INDEX = flags.DEFINE_boolean(
+    "prepare_index",
+    False,
+    "Only build the job's shared index of --games (and the seekable copy of a compressed input) "
+    "at --index_dir (default RECORDS/index), then exit: a step before the array tasks, which "
+    "otherwise build it on first use (the first one, while the others wait). Same flags as the "
+    "tasks, without the shard.",
+)
 _DISTRIBUTED = flags.DEFINE_boolean(
     "distributed", False, "Call jax.distributed.initialize(): each process scores its own shard."
 )
@@ -157,6 +166,11 @@ def main(argv):
     except user_errors as err:  # a bad path or input: one line, not a traceback
         print(f"launch.evaluate: error: {err}", file=sys.stderr)
         sys.exit(1)
+    if _PREPARE_INDEX.value:
+        what = "built" if report["built"] else "found"
+        copy = f", copy {report['copy_bytes']:,} bytes" if report.get("copy_bytes") else ""
+        print(f"{what} the index of {report['games']:,} games at {report['index_dir']}{copy}")
+        return
     if report is None:
         print(
             "shard done; the report is built by the task that completes the job (or run "
@@ -245,7 +259,9 @@ def _run() -> dict | None:
         baseline=_BASELINE.value,
         cluster=_CLUSTER.value,
     )
-    return evaluate(_CHECKPOINT.value, _GAMES.value, _OUTPUT.value, config)
+    return evaluate(
+        _CHECKPOINT.value, _GAMES.value, _OUTPUT.value, config, prepare_only=_PREPARE_INDEX.value
+    )
 
 
 if __name__ == "__main__":

@@ -250,3 +250,37 @@ def test_a_cut_or_junk_compressed_input(sample_pgn, tmp_path):
     junk.write_bytes(b'[Event "not compressed"]\n' * 100)
     with pytest.raises(ValueError, match="junk.pgn.zst"):
         game_index.build(junk, 10, [], seed=0, where=epath.Path(tmp_path / "i2"))
+
+
+class _FirstSub(_First):
+    subsample = True
+
+
+def test_a_prepared_index_serves_every_task(sample_pgn, tmp_path):
+    """``prepare_only`` (``launch.evaluate --prepare_index``) builds the index as a step of its
+    own: no task then builds it, and a task whose subsample settings differ is refused, naming
+    them, instead of scoring another subsample."""
+    from allie_jax.eval.records import RecordsError
+
+    sysmod.register("firstsub", _FirstSub)
+    try:
+        base = dict(systems=("firstsub",), max_games=30, chunk_games=10, random_games=0,
+                    progress=False, plots=False, search_positions=40)  # fmt: skip
+        out = tmp_path / "job"
+        info = ev.evaluate(None, sample_pgn, out, ev.EvalConfig(**base), prepare_only=True)
+        assert info["built"] and info["games"] == 30 and info["copy_bytes"] > 0
+        assert info["games_file"] == ev.file_digest(sample_pgn)
+        assert not (out / "records" / "shard-00000-of-00002").exists()
+        for k in range(2):
+            ev.evaluate(None, sample_pgn, out,
+                        ev.EvalConfig(**base, num_shards=2, shard_index=k))  # fmt: skip
+            m = json.loads((out / f"records/shard-0000{k}-of-00002/manifest.json").read_text())
+            assert not m["input_bytes_read"]["index_built"]
+        report = json.loads((out / "report.json").read_text())
+        assert report["move_accuracy"]["firstsub"]["overall"]["n"] == 40
+        other = dict(base, search_positions=10)
+        with pytest.raises(RecordsError, match="subsamples"):
+            ev.evaluate(None, sample_pgn, tmp_path / "job",
+                        ev.EvalConfig(**other, num_shards=2, shard_index=0))  # fmt: skip
+    finally:
+        sysmod._REGISTRY.pop("firstsub")

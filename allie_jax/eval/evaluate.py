@@ -452,10 +452,16 @@ def evaluate(
     games_path: str | pathlib.Path,
     output_dir: str | pathlib.Path | None = None,
     config: EvalConfig | None = None,
+    *,
+    prepare_only: bool = False,
 ) -> dict | None:
     """Run this process's shard of the evaluation job, then, if every shard is complete and no
     other task is building it, the report from the records (report.json, report.md and plots in
     ``output_dir``, written atomically under a lock).
+
+    ``prepare_only``: only build the job's shared index of the games (with the seekable copy of a
+    compressed input), which the first task would otherwise build on first use, and return what
+    it holds; a job step before the tasks, so none of them waits on it.
 
     ``checkpoint`` is a checkpoint directory, a training workdir (``load_model`` picks its best,
     else latest, checkpoint), an already built ``AllieModel``, or None for systems that need no
@@ -466,7 +472,12 @@ def evaluate(
     """
     cfg = config if config is not None else EvalConfig()
     t0 = time.perf_counter()
-    num_shards, shard_index = stream.resolve_shard(cfg.num_shards, cfg.shard_index)
+    if prepare_only:  # the index does not depend on the sharding
+        num_shards, shard_index = 1, 0
+        if (cfg.index_dir or "").lower() == "none" or not game_index.indexable(games_path):
+            raise ValueError("preparing the index needs a games file (not stdin) and an index_dir")
+    else:
+        num_shards, shard_index = stream.resolve_shard(cfg.num_shards, cfg.shard_index)
     model, checkpoint_name = _load(checkpoint)
     games_file = str(epath.Path(games_path)) if str(games_path) != "-" else "-"
     max_len = vocab.MAX_SEQ_LEN
@@ -492,13 +503,28 @@ def evaluate(
         # one shared pass indexes the input; this task then reads only its own games
         specs = subsample_specs(systems, cfg, max_len)
         where = epath.Path(cfg.index_dir) if cfg.index_dir else root / "index"
+        settings = {
+            "subsamples": sorted(([list(sp.names), sp.salt, sp.count] for sp in specs), key=str),
+            "min_ply": cfg.min_ply,
+            "min_clock": cfg.min_clock,
+            "max_len": max_len,
+        }
         gindex, index_bytes, built = game_index.shared_index(
-            games_path, where, cfg.max_games, specs, cfg.seed
+            games_path, where, cfg.max_games, specs, cfg.seed, settings
         )
         if not gindex.game_ids:
             raise ValueError(
                 f"no usable game in {games_path} (parse stats: {gindex.parse_stats()})"
             )
+        if prepare_only:
+            return {
+                "index_dir": str(where),
+                "built": built,
+                "games": len(gindex.game_ids),
+                "games_file": gindex.digest,
+                "input_bytes": gindex.meta["bytes"],
+                "copy_bytes": gindex.meta.get("copy_bytes"),
+            }
         eligible = {n: spec.eligible for spec in specs for n in spec.names}
         plan = {n: (eligible[n], sel) for n, sel in gindex.selections().items()}
         games_digest = gindex.digest

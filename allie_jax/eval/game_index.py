@@ -389,10 +389,18 @@ def load(where: epath.Path) -> tuple[GameIndex, int]:
 
 
 def shared_index(
-    path, where: epath.Path, max_games: int, specs: Sequence[SubsampleSpec], seed: int
+    path,
+    where: epath.Path,
+    max_games: int,
+    specs: Sequence[SubsampleSpec],
+    seed: int,
+    settings: dict | None = None,
 ) -> tuple[GameIndex, int, bool]:
     """The job's index at ``where``: built by the first task (under a lock), read by the rest.
-    Returns the index, the input bytes this task read for it, and whether it built it."""
+    ``settings``: what else decides the subsamples (their sizes, the eligible plies' rules); an
+    index built under others is refused. Returns the index, the input bytes this task read for
+    it, and whether it built it."""
+    settings = json.loads(json.dumps(settings or {}, sort_keys=True))
     from allie_jax.eval.records import Lock, RecordsError
 
     where = epath.Path(where)
@@ -402,6 +410,7 @@ def shared_index(
         try:
             if not (where / "index.json").exists():
                 index = build(path, max_games, specs, seed, where=where, heartbeat=lock.touch)
+                index.meta["settings"] = settings
                 if index.game_ids:  # an input without a usable game leaves no index behind
                     save(index, where)
                 return index, int(index.meta["bytes"]), True
@@ -420,6 +429,13 @@ def shared_index(
         raise RecordsError(
             f"{where} indexes another job (max_games {m.get('max_games')}, seed {m.get('seed')}); "
             "use a new --records directory"
+        )
+    if m.get("settings", {}) != settings:
+        old = m.get("settings", {})
+        keys = sorted(k for k in {*old, *settings} if old.get(k) != settings.get(k))
+        raise RecordsError(
+            f"{where} indexes the games for other subsample settings (differing: "
+            f"{', '.join(keys)}); use the same flags as the index's job, or a new --index_dir"
         )
     return index, n, False
 

@@ -7,9 +7,10 @@
 # Each task takes its shard from SLURM_ARRAY_TASK_ID / SLURM_ARRAY_TASK_COUNT and writes its
 # records under the shared $OUT/records. The first task to start indexes the games once, under a
 # lock ($OUT/records/index: each game's byte offset, the subsamples, and for a .pgn.zst / .bz2 a
-# seekable copy with one zstd frame per game); every task then reads only its own games. The
-# games are read where they are ($GAMES on a shared file system, or gs://); STAGE=1 copies them to
-# the node's scratch disk first (the job's identity is the content of the games and of the
+# seekable copy with one zstd frame per game); every task then reads only its own games (or build
+# it as a step of its own first: `python -m launch.evaluate --prepare_index` with the tasks' flags,
+# and the array with --dependency=afterok:THAT_JOB). The games are read where they are ($GAMES on
+# a shared file system, or gs://); STAGE=1 copies them to the node's scratch disk first (the job's identity is the content of the games and of the
 # checkpoint, not their paths, so every staged copy belongs to one job; but each copy reads the
 # whole file). A preempted or killed task is simply run again (--requeue, or the same sbatch line
 # with --array=K): it keeps its committed chunks. The task that completes the job builds
