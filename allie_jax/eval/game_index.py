@@ -430,7 +430,7 @@ def shared_index(
             f"{where} indexes another job (max_games {m.get('max_games')}, seed {m.get('seed')}); "
             "use a new --records directory"
         )
-    if m.get("settings", {}) != settings:
+    if "settings" in m and m["settings"] != settings:  # (an index from before they were kept)
         old = m.get("settings", {})
         keys = sorted(k for k in {*old, *settings} if old.get(k) != settings.get(k))
         raise RecordsError(
