@@ -48,10 +48,10 @@ demo: venv-core
 	$(PY) -m launch.demo --output $(DEMO_DIR)
 
 test: venv venv-tpu
-	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25 tests
 
 test-all: venv venv-tpu
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "" tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25 -m "" tests
 
 bench: venv
 	$(PY) bench/pgn.py

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import chess
 import jax
@@ -86,6 +87,7 @@ class MaiaPlayer:
         pikl_lambda: float | None = None,
         temperature: float = 0.0,
         batch_size: int = 32,
+        overrides: Mapping[str, Any] | None = None,
     ):
         if spec.preset not in PRESETS:
             raise ValueError(f"maia preset {spec.preset!r}: expected one of {sorted(PRESETS)}")
@@ -102,11 +104,20 @@ class MaiaPlayer:
             if mode
             else None
         )
-        self._base_config = (
+        base = (
             self.config.search_config()
             if self.config is not None
             else SearchConfig(mode=spec.preset, resign=False)
         )
+        # a caller's SearchConfig fields (the Player protocol's overrides: c_puct, lambda, ...);
+        # Maia's budget is fixed, so a mean_sims alone sets max_sims too
+        overrides = dict(overrides or {})
+        if "mean_sims" in overrides and "max_sims" not in overrides:
+            overrides["max_sims"] = overrides["mean_sims"]
+        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(SearchConfig)})
+        if unknown:
+            raise ValueError(f"SearchConfig has no field(s) {unknown}")
+        self._base_config = dataclasses.replace(base, **overrides)
         self._searchers: dict[int, Searcher] = {}
         self.temperature = temperature
 
@@ -232,14 +243,15 @@ class MaiaEngine:
     def __init__(self, maia_dir: str, **player_kwargs):
         self.maia_dir = maia_dir
         self.player_kwargs = player_kwargs
-        self._players: dict[str, MaiaPlayer] = {}
+        self._players: dict[tuple, MaiaPlayer] = {}
 
-    def play(self, games: Sequence[Game], preset: str, rng, **_overrides) -> list[Decision]:
-        if preset not in self._players:
-            self._players[preset] = MaiaPlayer(
-                MaiaSpec(self.maia_dir, preset, 1500), **self.player_kwargs
+    def play(self, games: Sequence[Game], preset: str, rng, **overrides) -> list[Decision]:
+        key = (preset, tuple(sorted(overrides.items())))
+        if key not in self._players:
+            self._players[key] = MaiaPlayer(
+                MaiaSpec(self.maia_dir, preset, 1500), overrides=overrides, **self.player_kwargs
             )
-        player = self._players[preset]
+        player = self._players[key]
         key = rng if isinstance(rng, jax.Array) else jax.random.key(int(rng))
         out: list[Decision | None] = [None] * len(games)
         by_rating: dict[int, list[int]] = {}
