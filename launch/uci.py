@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             return load_maia_uci(args.checkpoint)
         from allie_jax.engine.api import Allie
 
-        allie = Allie.load(args.checkpoint)
+        # readyok once short games' shapes are compiled; long games' follow in the background
+        allie = Allie.load(args.checkpoint, defer_long_shapes=True)
         if fen_spec is not None:
             allie.fen_model = _load_fen_model(fen_spec)
         return allie

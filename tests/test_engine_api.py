@@ -239,3 +239,36 @@ def test_lichess_bot_homemade_logic(allie):
     assert result.move in board.legal_moves and result.resigned is False
     with pytest.raises(ValueError, match="mode"):
         AllieBot({"mode": "fast"}, allie=allie)
+
+
+@pytest.mark.slow
+def test_deferred_warmup_covers_long_games(model, sample_pgn):
+    """With ``defer_long_shapes`` warmup returns before the wide cache's programs are compiled;
+    once its background thread is done, a searched move in a short game and in a game past the
+    short cache width (a real 140-ply game) trace and compile nothing."""
+    import jax
+
+    from allie_jax.pgn import read_games
+
+    long_game = next(g for g in read_games(sample_pgn) if len(g.moves) >= 140)
+    long_game = dataclasses.replace(long_game, moves=long_game.moves[:140], game_id="long")
+    short_game = Game(["e2e4", "e7e5"], 1500, 1500, "180+2", game_id="short")
+    a = Allie(model, defer_long_shapes=True)
+    a.warmup("search", 1, mean_sims=4, max_sims=4)
+    assert a.long_warmup is not None
+    a.long_warmup.join()
+    events: list[str] = []
+    listening = [True]
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda e, s, **k: (
+            events.append(e) if listening[0] and e.startswith("/jax/core/compile") else None
+        )
+    )
+    try:
+        for game in (short_game, long_game):
+            d = a.play([game], "search", 0, mean_sims=4, max_sims=4, should_stop=lambda: False)[0]
+            assert d.path == "search" and d.sims == 4
+            assert chess.Move.from_uci(d.move) in api_mod.replay_board(game).legal_moves
+    finally:
+        listening[0] = False
+    assert events == []

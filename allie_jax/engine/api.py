@@ -32,8 +32,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import logging
 import math
+import os
 import pathlib
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,6 +51,7 @@ from allie_jax.search import decision
 from allie_jax.search.config import MODES, SearchConfig
 from allie_jax.search.decision import as_jax_key
 
+log = logging.getLogger(__name__)
 PRESETS = MODES  # the SearchConfig modes, one name per preset
 _LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512)
 # fixed shapes: the direct pass and the root prior pad to one of these or the whole context (a
@@ -171,7 +175,12 @@ class Allie:
     """
 
     def __init__(
-        self, model: Any, *, searcher_factory: Any = None, fixed_shapes: bool = False
+        self,
+        model: Any,
+        *,
+        searcher_factory: Any = None,
+        fixed_shapes: bool = False,
+        defer_long_shapes: bool = False,
     ) -> None:
         from allie_jax.engine import board as board_engine
 
@@ -193,6 +202,11 @@ class Allie:
         # an Allie-shaped player that reads boards (Maia, the board family), for positions
         # given as a FEN with no history this model can read
         self.fen_model: Any = None
+        # ``warmup`` returns once the shapes of games up to the shortest cache width are
+        # compiled, and compiles those only long games meet in a background thread
+        # (``long_warmup``): a GUI waits for ``readyok``, a game reaches ~120 plies much later
+        self.defer_long_shapes = defer_long_shapes
+        self.long_warmup: threading.Thread | None = None
         if fixed_shapes:
             self._forward.fix_shapes()
 
@@ -249,28 +263,83 @@ class Allie:
         then compiles the Searcher's pieces (chunked, as a caller with a clock runs them) and the
         direct pass of the fallback positions. Returns the number of compiled calls made. With
         JAX's persistent compilation cache on (``allie_jax.engine.compile_cache``), a second
-        process loads these instead of compiling them.
+        process loads these instead of compiling them. With ``defer_long_shapes`` it returns once
+        the shapes of games within the shortest cache width are compiled; those of longer games
+        (the wider cache, the direct pass over the whole context) compile in the background
+        thread ``long_warmup``, started here.
         """
         self.fix_shapes()
         config = make_config(preset, **overrides)
         _play_keys(0)
         calls = 1
         searcher = self._searcher(config)
-        if hasattr(searcher, "warmup"):
-            calls += searcher.warmup(batch_size)
+        roots = getattr(searcher, "roots", None)
+        long_widths: tuple[int, ...] = ()
+        lengths = self._forward.lengths
+        if self.defer_long_shapes and hasattr(roots, "warm_widths"):
+            max_len = self.model.config.max_len
+            widths = tuple(w for w in roots.replay_widths() if w <= max_len)
+            long_widths = widths[1:]
+            lengths = lengths[:-1] if len(lengths) > 1 else lengths
+            roots.warm_widths = widths[:1]
+        try:
+            if hasattr(searcher, "warmup"):
+                calls += searcher.warmup(batch_size)
+        finally:
+            if roots is not None and long_widths:
+                roots.warm_widths = None
         batch = decision.next_pow2(batch_size)
-        for length in self._forward.lengths:
-            rows = [np.zeros(length, np.int32)] * batch
-            logits, _, value = self._forward(rows)
-            legal = np.zeros((batch, vocab.NUM_MOVES), bool)
-            legal[:, 0] = True
-            decision.policy_step_jit(
-                logits, legal, value, np.zeros(batch, bool), as_jax_key(0), config=config
-            )
+        for length in lengths:
+            self._warm_forward(length, batch, config)
             calls += 2
         # the root prior's few eager ops (``predict``), so the first move's prior compiles none
         self.predict([Game(moves=["e2e4"], white_elo=1500, black_elo=1500)] * batch_size)
+        rest = self._forward.lengths[len(lengths) :]
+        if long_widths or rest:
+            self.long_warmup = threading.Thread(
+                target=self._warm_long,
+                args=(config, batch_size, long_widths, rest),
+                name="allie-warm-long",
+                daemon=True,
+            )
+            self.long_warmup.start()
         return calls + 1
+
+    def _warm_forward(self, length: int, batch: int, config: SearchConfig) -> None:
+        """The direct pass at one padded length and the policy step after it."""
+        rows = [np.zeros(length, np.int32)] * batch
+        logits, _, value = self._forward(rows)
+        legal = np.zeros((batch, vocab.NUM_MOVES), bool)
+        legal[:, 0] = True
+        decision.policy_step_jit(
+            logits, legal, value, np.zeros(batch, bool), as_jax_key(0), config=config
+        )
+
+    def _warm_long(
+        self, config: SearchConfig, batch_size: int, widths: tuple[int, ...], lengths: tuple
+    ) -> None:
+        """``warmup``'s deferred part, at the lowest CPU priority (this thread only), on a
+        Searcher of its own (its roots' cache is not the one moves use meanwhile). A failure
+        here only means a long game's first move compiles what it needs."""
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
+            pass
+        try:
+            if widths:
+                factory = self._searcher_factory
+                if factory is None:
+                    from allie_jax.search import Searcher
+
+                    factory = functools.partial(Searcher, fixed_shapes=True)
+                searcher = factory(self.model, config)
+                searcher.roots.warm_widths = widths
+                searcher.warmup(batch_size)
+            batch = decision.next_pow2(batch_size)
+            for length in lengths:
+                self._warm_forward(length, batch, config)
+        except Exception:  # noqa: BLE001 - a background compile must never end the engine
+            log.warning("warm-up of long games' shapes failed", exc_info=True)
 
     @property
     def search_stats(self) -> collections.Counter:
@@ -323,6 +392,14 @@ class Allie:
                 )
             )
         return out
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The modes this model plays (``allie_jax.modes``): the board family has no think-time
+        head, so no adaptive mode."""
+        from allie_jax.modes import modes_for
+
+        return modes_for(think_time=not self.reads_boards)
 
     @property
     def reads_boards(self) -> bool:
@@ -410,6 +487,10 @@ class Allie:
             if b.is_game_over(claim_draw=False) or not any(True for _ in b.legal_moves):
                 raise ValueError(f"game {i} is over ({b.result()}): no move to play")
         config = make_config(preset, **overrides)
+        if config.searches:
+            # a mode this family cannot search (the board model under ``adaptive``: no think
+            # time) is the caller's error, raised naming the mode, not a silent policy move
+            self._searcher(config)
         if budgets is not None and len(budgets) != len(games):
             raise ValueError(f"budgets has {len(budgets)} entries for {len(games)} games")
         key_search, key_direct = _play_keys(rng)

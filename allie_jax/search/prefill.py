@@ -94,6 +94,9 @@ class DecoderRoots:
         self.fixed_shapes = fixed_shapes
         self._rows: collections.OrderedDict[Any, _CachedRow] = collections.OrderedDict()
         self.stats = collections.Counter()  # prefill_tokens, simulations, ...
+        # ``warm`` compiles these cache widths only (None: all): a caller may compile the
+        # widths long games need later, off the clock (``Allie.warmup``)
+        self.warm_widths: tuple[int, ...] | None = None
 
     def forget(self) -> None:
         self._rows.clear()
@@ -193,18 +196,21 @@ class DecoderRoots:
         return out, cache
 
     def warm(self, batch: int, replay) -> Iterator[tuple[int, Any, Any, Any, Any]]:
-        """For each cache width up to the context: the prefill (8 new tokens and a cold full
-        width, and the copy of a row growing into the next width), then the replayed roots."""
+        """For each cache width up to the context (only those in ``warm_widths`` when it is
+        set): the prefill (8 new tokens and a cold full width, and the copy of a row growing
+        into it from the width below), then the replayed roots."""
         widths = [w for w in self.replay_widths() if w <= self.model.config.max_len]
+        chosen = [w for w in widths if self.warm_widths is None or w in self.warm_widths]
         before = self.stats.copy()
-        for w in widths:
+        for w in chosen:
             rows = [np.zeros(w, np.int32)] * batch
             keys = [("__warmup__", i) for i in range(batch)]
             self.prefill(keys, rows)  # cold: the whole width
             root_out, cache = self.prefill(keys, rows)  # warm: ≤ 8 new tokens
-            if w < widths[-1]:  # a game growing into the next width copies its cached row
-                self.prefill([("__warmup__", -1)], [np.zeros(w, np.int32)])
-                self.prefill([("__warmup__", -1)], [np.zeros(w + 1, np.int32)])
+            below = widths.index(w) - 1
+            if below >= 0:  # a game growing into this width copies its cached row
+                self.prefill([("__warmup__", -1)], [np.zeros(widths[below], np.int32)])
+                self.prefill([("__warmup__", -1)], [np.zeros(widths[below] + 1, np.int32)])
             state, legal = replay(w)
             yield w, state, legal, root_out, cache
         for k in [k for k in self._rows if isinstance(k, tuple) and k[:1] == ("__warmup__",)]:
