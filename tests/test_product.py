@@ -144,6 +144,30 @@ def test_greedy_is_the_direct_policy_argmax(family, checkpoints, games):
         assert d.move == best, (family, game.moves)
 
 
+@pytest.mark.parametrize("family", list(FAMILY_MODES))
+def test_each_player_lists_the_modes_it_plays(family, checkpoints):
+    assert tuple(_player(family, checkpoints).modes) == FAMILY_MODES[family]
+
+
+@pytest.mark.parametrize("family", ["allie", "board"])
+def test_the_browser_page_offers_the_models_modes(family, checkpoints):
+    """The page's mode list and default come from the loaded model; a mode it cannot play is a
+    400 naming the mode, before any game starts."""
+    from allie_jax.engine.web.server import allie_app
+    from allie_jax.engine.web.session import RequestError
+
+    app = allie_app(_player(family, checkpoints))
+    info = app.info()
+    assert tuple(info["modes"]) == FAMILY_MODES[family]
+    assert info["defaults"]["mode"] in FAMILY_MODES[family]
+    if family == "board":
+        with pytest.raises(RequestError, match="adaptive"):
+            app.new_game({"mode": "adaptive"})
+        assert app.new_game({}).settings.mode == "search"
+    else:
+        assert app.new_game({}).settings.mode == "adaptive"
+
+
 @pytest.mark.parametrize("family", ["board", "maia"])
 @pytest.mark.parametrize("mode", ["adaptive", "gumbel-adaptive"])
 def test_a_mode_the_family_cannot_play_is_refused_by_name(family, mode, checkpoints, games):

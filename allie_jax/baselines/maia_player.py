@@ -30,6 +30,7 @@ from allie_jax.baselines.lc0_planes import GameEncoder
 from allie_jax.baselines.maia import MaiaSet, load_maia, nearest_rating
 from allie_jax.baselines.maia_search import MaiaSearchConfig, maia_searcher
 from allie_jax.game import Game
+from allie_jax.modes import modes_for
 from allie_jax.player import Decision
 from allie_jax.search.config import SearchConfig
 from allie_jax.search.searcher import Searcher, SearchOutput
@@ -239,6 +240,8 @@ class MaiaEngine:
     Each game is answered by the network nearest the mover's own header rating (the match writes
     the spec's Elo there, or the opponent's when the spec says ``auto``).
     """
+
+    modes = modes_for(think_time=False)  # Maia has no think-time head: no adaptive mode
 
     def __init__(self, maia_dir: str, **player_kwargs):
         self.maia_dir = maia_dir

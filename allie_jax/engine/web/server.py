@@ -45,12 +45,12 @@ from typing import Any
 from allie_jax.engine.web.session import (
     MAX_ELO,
     MIN_ELO,
-    MODES,
     GameSession,
     GameSettings,
     PlayFn,
     RequestError,
 )
+from allie_jax.modes import MODES, default_mode
 
 STATIC_DIR = pathlib.Path(__file__).resolve().parent / "static"
 MAX_BODY = 16 * 1024
@@ -80,8 +80,10 @@ class PlayApp:
         checkpoint: str = "",
         max_games: int = MAX_GAMES,
         idle_s: float = IDLE_S,
+        modes: tuple[str, ...] = MODES,
     ) -> None:
         self._play = play
+        self.modes = tuple(modes)  # the modes the model plays (``Allie.modes``)
         self._warmup = warmup
         self._evaluate = evaluate
         self._engine_lock = threading.Lock()
@@ -97,10 +99,10 @@ class PlayApp:
     def info(self) -> dict[str, Any]:
         return {
             "checkpoint": self.checkpoint,
-            "modes": list(MODES),
+            "modes": list(self.modes),
             "elo_range": [MIN_ELO, MAX_ELO],
-            "defaults": GameSettings().__dict__,
-            "warm_modes": sorted(self._warm) if self._warmup else list(MODES),
+            "defaults": {**GameSettings().__dict__, "mode": default_mode(self.modes)},
+            "warm_modes": sorted(self._warm) if self._warmup else list(self.modes),
             "games": len(self._games),
             "max_games": self.max_games,
         }
@@ -164,7 +166,13 @@ class PlayApp:
             thread.join(timeout)
 
     def new_game(self, body: Any) -> GameSession:
+        if isinstance(body, dict) and "mode" not in body:
+            body = {**body, "mode": default_mode(self.modes)}
         settings = GameSettings.from_request(body)
+        if settings.mode not in self.modes:
+            raise RequestError(
+                400, f"mode {settings.mode!r}: this model plays {', '.join(self.modes)}"
+            )
         session = GameSession(settings, preparing=not self.is_warm(settings.mode))
         self._add(session)
         return session
@@ -256,6 +264,7 @@ def allie_app(allie: Any, *, checkpoint: str = "", seed: int = 0, **kwargs: Any)
         warmup=lambda mode: allie.warmup(mode, 1),
         evaluate=evaluate,
         checkpoint=checkpoint,
+        modes=allie.modes,
         **kwargs,
     )
 
@@ -539,7 +548,9 @@ def load_app(checkpoint: str, *, warmup_modes: tuple[str, ...] = ("policy", "ada
             raise ValueError(f"warm-up mode {mode!r}: expected one of {list(MODES)}")
     path = epath.Path(checkpoint)
     app = allie_app(Allie.load(path), checkpoint=str(path))
-    for mode in warmup_modes:
+    # a family without a think-time head warms its default (search) instead of adaptive
+    warm = [m if m in app.modes else default_mode(app.modes) for m in warmup_modes]
+    for mode in dict.fromkeys(warm):
         print(f"compiling the {mode} mode (once) ...", flush=True)
         app.ensure_warm(mode)
     return app

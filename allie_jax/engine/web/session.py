@@ -25,8 +25,8 @@ import chess.pgn
 
 from allie_jax.engine.pacing import Clock, remaining_wait, time_budget
 from allie_jax.game import Game
+from allie_jax.modes import MODES
 
-MODES = ("policy", "greedy", "search", "adaptive")
 MIN_ELO, MAX_ELO = 500, 3000  # the model's rating range (SPEC: Elo is clamped to it)
 MAX_BASE_S = 3 * 3600.0
 MAX_INCREMENT_S = 180.0
