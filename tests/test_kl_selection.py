@@ -100,6 +100,30 @@ def test_kl_searcher_builds_the_reference_tree_on_real_positions(tiny_model, sam
     assert (kl.visit_counts != puct.visit_counts).any()
 
 
+@pytest.mark.slow  # compiles the decoder's KL search with an anchor (about a minute)
+def test_kl_searcher_regularises_the_root_towards_a_separate_anchor(tiny_model, sample_pgn):
+    """Prior and anchor apart: a second model's root policy as the anchor (as Allie's prior with
+    Maia's anchor) holds the root's KL selection, and the tree is again ReferenceMCTS's with that
+    root anchor (deeper nodes keep the searching model's prior)."""
+    games = _positions(sample_pgn)
+    config = SearchConfig(mode="search", mean_sims=SIMS, max_sims=SIMS, selection="kl")
+    other = _forward(AllieModel(ModelConfig.named("tiny", dropout=0.0), rngs=nnx.Rngs(11)))
+    roots = [encode_game(g, partial=True).tokens.tolist() for g in games]
+    anchor = np.stack([other(r)[0][: vocab.NUM_MOVES] for r in roots])
+    searcher = Searcher(tiny_model, config)
+    anchored = searcher.run(games, 0, anchor_logits=anchor)
+    plain = searcher.run(games, 0)
+    forward = _forward(tiny_model)
+    for i, game in enumerate(games):
+        board = _board(game)
+        evaluate = FullSequenceEvaluator(forward, roots[i], board.turn == chess.WHITE)
+        ref = ReferenceMCTS(evaluate, selection="kl", root_anchor=anchor[i]).run(board, SIMS)
+        np.testing.assert_array_equal(
+            anchored.visit_counts[i], ref.visit_counts.astype(np.int32), err_msg=f"position {i}"
+        )
+    assert (anchored.visit_counts != plain.visit_counts).any()
+
+
 def test_selection_setting_is_checked():
     assert SearchConfig().selection == "puct"  # today's trees unless asked
     assert SearchConfig(mode="adaptive", selection="kl").selection == "kl"

@@ -75,8 +75,8 @@ class SearchConfig:
     # - "kl": piKL applied recursively (``selection.make_kl_selection``): every node solves
     #   π̄_s = argmax_π Σ_a Q(s, a)·π(a) − λ·KL(P(s, ·) ‖ π) with the λ above (its schedule,
     #   ``anchor_lambda``, ``c_puct``) and takes argmax_a π̄_s(a) − N(s, a)/(1 + ΣN(s)), so every
-    #   node's visits follow the human prior P(s, ·) with the strength the user set. Gumbel modes
-    #   select by sequential halving and refuse it.
+    #   node's visits follow the human prior P(s, ·) (the caller's anchor at the root, when given)
+    #   with the strength the user set. Gumbel modes select by sequential halving and refuse it.
     selection: str = "puct"
     # The moves the final policy (π̄; Gumbel's "anchor" π') may put mass on once the root has
     # visits. "visited": only those the search visited (the anchor renormalised over them), so

@@ -14,7 +14,9 @@ Equations (as ``selection`` / ``tree_search`` / ``pibar``):
 - π̄ by bisection in float64 on the completed Q.
 - ``selection="kl"`` (``selection.make_kl_selection``): every node takes
   argmax_a π̄_s(a) − N(s, a)/(1 + ΣN(s)), π̄_s on Q completed by mctx's mixed value
-  (V_raw(s) + ΣN · Σ_visited P·Q / Σ_visited P) / (ΣN + 1), anchor P(s, ·), constant λ.
+  (V_raw(s) + ΣN · Σ_visited P·Q / Σ_visited P) / (ΣN + 1), anchor P(s, ·), constant λ;
+  ``root_anchor`` (logits [1968]) replaces the anchor at the root (its softmax over the legal
+  moves), as ``Searcher.run(anchor_logits=...)`` does.
 """
 
 from __future__ import annotations
@@ -114,10 +116,12 @@ class ReferenceMCTS:
         rules: str = "standard",
         selection: str = "puct",
         anchor_lambda: float = 0.11,
+        root_anchor: np.ndarray | None = None,
     ) -> None:
         if selection not in ("puct", "kl"):
             raise ValueError(f"selection={selection!r}: expected 'puct' or 'kl'")
         self.selection, self.anchor_lambda = selection, anchor_lambda
+        self.root_anchor = root_anchor
         self.evaluate = evaluate
         self.c_puct, self.c_base = c_puct, c_base
         self.fpu_mode, self.fpu = fpu_mode, fpu
@@ -157,7 +161,10 @@ class ReferenceMCTS:
         weighted = (prior[seen] * q[seen]).sum() / prior[seen].sum() if seen.any() else 0.0
         mixed = (node.raw_value + total * weighted) / (total + 1.0)
         q = np.where(seen, q, mixed)
-        score = pibar(q, prior, self.anchor_lambda) - visits / (1.0 + total)
+        anchor = prior  # the mixed value above weighs by the model's prior, π̄ by the anchor
+        if self.root_anchor is not None and not node.path:
+            anchor = _softmax(np.asarray(self.root_anchor, np.float64)[node.legal])
+        score = pibar(q, anchor, self.anchor_lambda) - visits / (1.0 + total)
         return legal[int(np.argmax(score))]  # the first maximum: ties to the lowest id
 
     def _select(self, node: Node, c: float) -> int:

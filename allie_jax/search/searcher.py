@@ -198,8 +198,9 @@ class Searcher:
         ``anchor_logits`` (float [len(games), 1968], logits or log-probabilities, −inf allowed;
         illegal moves are masked here) replaces the model's prior as the policy the final one
         is regularised towards: π̄'s KL term, Gumbel's softmax(anchor + σ(q)), and the budget-0
-        rows (e.g. a human model such as Maia, for piKL-style play). The tree itself keeps the
-        model's prior and values.
+        rows (e.g. a human model such as Maia, for piKL-style play), and, with
+        ``selection="kl"``, the root's KL selection. The tree itself keeps the model's prior
+        (every other node's selection) and values.
         """
         if len(games) == 0:
             raise ValueError("games is empty")
@@ -295,7 +296,7 @@ class Searcher:
         if deadline is None and should_stop is None:
             res = steps.search(self.graphdef, self.params, roots, plan, move, spec=spec, config=cfg)
             return jax.device_get(res), budgets
-        tree, rows = steps.search_start(self.graphdef, self.params, roots, plan, key, spec=spec)
+        tree, rows = steps.search_start(self.graphdef, self.params, roots, plan, move, spec=spec)
         tree, ran = self._run_chunks(
             context, tree, rows, int(budgets.max()), spec, deadline, should_stop, progress
         )

@@ -45,6 +45,10 @@ def mask_logits(logits: jax.Array, legal: jax.Array) -> jax.Array:
 # ``tree.extra_data`` key whose presence says the tree's ``children_prior_logits`` are log-priors
 # (``log_prior``); it holds the root's logits as the model gave them (for the final policy).
 RAW_ROOT_LOGITS = "raw_root_logits"
+# ``tree.extra_data`` key of the caller's anchor at the root (float [B, A], a distribution over the
+# legal moves): KL selection regularises the root towards it instead of the model's prior, as the
+# final policy does (``Searcher.run(anchor_logits=...)``: e.g. Allie's prior with a Maia anchor).
+ROOT_ANCHOR = "root_anchor"
 
 
 def log_prior(logits: jax.Array) -> jax.Array:
@@ -165,6 +169,7 @@ def make_kl_selection(
     Grill et al.'s deterministic choice whose visit frequencies track π̄_s. So every node's
     visits, not only the root's final policy, are held to the anchor with the strength the user
     set. A node without visited children selects its prior's argmax. Ties go to the lowest id.
+    With ``tree.extra_data[ROOT_ANCHOR]`` the root's anchor is the caller's, not its prior.
     """
 
     def select(rng_key, tree: mctx.Tree, node_index, depth=None):
@@ -173,6 +178,10 @@ def make_kl_selection(
         legal = legal_from_logits(logits)
         prior = jnp.exp(logits) if RAW_ROOT_LOGITS in tree.extra_data else jax.nn.softmax(logits)
         prior = jnp.where(legal, prior, 0.0)
+        if ROOT_ANCHOR in tree.extra_data:  # static: the tree carries the caller's root anchor
+            prior = jnp.where(
+                node_index == mctx.Tree.ROOT_INDEX, tree.extra_data[ROOT_ANCHOR], prior
+            )
         visits = tree.children_visits[node_index]
         q = completed_q(tree, node_index, fpu_mode="mixed")
         lam = pibar.schedule_lambda(

@@ -107,12 +107,13 @@ def decide_unsearched(roots: RootBatch, move: MoveInputs, *, config: SearchConfi
     return res
 
 
-def start(spec: TreeSpec, model, roots: RootBatch, plan: RowPlan, rng):
+def start(spec: TreeSpec, model, roots: RootBatch, plan: RowPlan, move: MoveInputs):
     """Rows sorted by budget (if ``spec.sorted_rows``), the root evaluated, the tree initialised.
 
     Gumbel modes (``spec.gumbel``) also draw each game's noise (in the callers' row order, so
     it does not depend on the sort) and gather its sequential-halving row; both ride in
-    ``tree.extra_data``. Returns the tree and the plan in sorted order.
+    ``tree.extra_data``; KL selection (``spec.kl``) with a caller's anchor carries it there
+    (``selection.ROOT_ANCHOR``). Returns the tree and the plan in sorted order.
     """
     sort = spec.sorted_rows
     order = plan.order
@@ -123,11 +124,17 @@ def start(spec: TreeSpec, model, roots: RootBatch, plan: RowPlan, rng):
     root = spec.leaves.root_eval(model, state_s, out_s, context_s)
     extra = None
     if spec.gumbel is not None:
-        keys = jax.random.split(jax.random.fold_in(rng, _NOISE_STREAM), plan.budgets.shape[0])
+        keys = jax.random.split(jax.random.fold_in(move.rng, _NOISE_STREAM), plan.budgets.shape[0])
         noise = gumbel.gumbel_noise(
             take_rows(keys, order, sort), root.prior_logits.shape[-1], spec.gumbel.noise_scale
         )
         extra = gumbel.root_extra_data(root, budgets_s, noise, plan.halving_table, spec.gumbel)
+    elif spec.kl is not None and move.anchor_logits is not None:
+        legal_s = selection.legal_from_logits(root.prior_logits)
+        anchor_s = take_rows(move.anchor_logits.astype(jnp.float32), order, sort)
+        # the same distribution ``finish`` regularises the final policy towards
+        anchor_prior = decision.legal_prior(selection.mask_logits(anchor_s, legal_s), legal_s)
+        extra = {selection.ROOT_ANCHOR: anchor_prior}
     # pUCT and KL trees keep log-priors (one exp per visit instead of a softmax); Gumbel's logits
     tree = tree_search.init_tree(
         root, c_puct_s, spec.num_nodes, extra, log_prior=spec.gumbel is None
@@ -164,16 +171,18 @@ def search(
 ):
     """The whole search of a batch in one call: ``start``, every simulation, ``finish``."""
     model = nnx.merge(graphdef, params)
-    tree, rows = start(spec, model, roots, plan, move.rng)
+    tree, rows = start(spec, model, roots, plan, move)
     stop = jnp.max(jnp.minimum(rows.budgets, spec.num_nodes - 1))
     tree = _simulate(spec, model, roots.context, tree, rows, 0, stop)
     return finish(tree, rows, roots.out, move, config, spec.sorted_rows)
 
 
 @functools.partial(aot.jit, static_argnames=("graphdef", "spec"))
-def search_start(graphdef, params, roots: RootBatch, plan: RowPlan, rng, *, spec: TreeSpec):
+def search_start(
+    graphdef, params, roots: RootBatch, plan: RowPlan, move: MoveInputs, *, spec: TreeSpec
+):
     """``start`` on its own: the tree and the sorted plan for ``search_chunk``."""
-    return start(spec, nnx.merge(graphdef, params), roots, plan, rng)
+    return start(spec, nnx.merge(graphdef, params), roots, plan, move)
 
 
 @functools.partial(aot.jit, static_argnames=("graphdef", "spec"), donate_argnames=("tree",))
