@@ -274,6 +274,24 @@ def _system_names(everything: bool) -> list[str]:
     return names
 
 
+def test_evaluator_names_follow_the_mode_table():
+    """A system name is accepted exactly when its family plays the mode (checked before any
+    model loads: ``maia+adaptive`` used to pass the name check and fail in the factory)."""
+    from allie_jax.eval.systems import check_names
+
+    for family in ("maia", "board"):
+        for mode in MODES:
+            if mode not in SEARCHING:
+                continue
+            name = f"{family}+{mode}"
+            if mode in FAMILY_MODES[family]:
+                check_names([name])
+            else:
+                with pytest.raises(ValueError, match="unknown system"):
+                    check_names([name])
+    check_names(list(FAMILY_MODES["allie"]))
+
+
 @pytest.mark.parametrize(
     "everything", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["smoke", "all"]
 )

@@ -27,12 +27,14 @@ import collections
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from allie_jax.modes import modes_for
+
 if TYPE_CHECKING:
     import chess
 
     from allie_jax.game import Game
 
-MAIA_PRESETS = ("policy", "greedy", "search", "gumbel")  # maia_player.PRESETS (it starts JAX)
+MAIA_PRESETS = modes_for(think_time=False)  # Maia has no think-time head: no adaptive mode
 
 
 def spec_error(spec: str) -> str | None:
@@ -77,6 +79,8 @@ class MaiaUciEngine:
         self.player_kwargs = player_kwargs
         self._players: dict[str, Any] = {spec.preset: MaiaPlayer(spec, **player_kwargs)}
         self._priors: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+
+    modes = MAIA_PRESETS
 
     def preset_for(self, preset: str) -> str:
         """A UCI ``Mode`` → the Maia preset it plays (unknown ones: the spec's)."""

@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from allie_jax import vocab
 from allie_jax.engine.pacing import remaining_wait
 from allie_jax.engine.time_manager import MOVE_OVERHEAD_S, Clock, FinishReserve, MovePlan
+from allie_jax.modes import MODES
 
 if TYPE_CHECKING:
     import chess
@@ -68,8 +69,7 @@ if TYPE_CHECKING:
     from allie_jax.engine.api import Allie, Decision, Prediction
     from allie_jax.game import Game
 
-# the SearchConfig modes (allie_jax.search.config.MODES; not imported here: that starts JAX)
-PRESETS = ("policy", "greedy", "search", "adaptive", "gumbel", "gumbel-adaptive")
+PRESETS = MODES  # the play modes (allie_jax.modes: standard library only, so uciok stays quick)
 LAMBDA_SCHEDULES = ("constant", "paper", "released")
 SELECTIONS = ("puct", "kl")  # SearchConfig.selection
 

@@ -166,7 +166,7 @@ def make_board(name: str, ctx: SystemContext):
     if name == "board":
         return BoardSystem(model, name=name, top_k=ctx.get("top_k", TOP_K))
     _, plus, mode = name.partition("+")
-    if plus and mode in search_suffixes() and mode != "visits":
+    if plus and mode in search_suffixes("board"):
         return BoardSearchSystem(
             model,
             name=name,

@@ -524,12 +524,14 @@ def resolve(name: str) -> Factory:
     return entry
 
 
-def search_suffixes() -> tuple[str, ...]:
-    """What may follow ``maia+`` / ``maia-R+`` / ``board+``: every ``SearchConfig`` mode that builds
-    a tree (``SEARCH_MODES``), and ``visits`` (Maia's visit-count policy)."""
-    from allie_jax.search.config import SEARCH_MODES
+def search_suffixes(family: str = "maia") -> tuple[str, ...]:
+    """What may follow ``maia+`` / ``maia-R+`` / ``board+``: the search modes the family plays
+    (``allie_jax.modes``: neither has a think-time head, so no adaptive mode), and for Maia
+    ``visits`` (its visit-count policy)."""
+    from allie_jax.modes import SEARCH_MODES, modes_for
 
-    return (*SEARCH_MODES, "visits")
+    modes = tuple(m for m in modes_for(think_time=False) if m in SEARCH_MODES)
+    return (*modes, "visits") if family == "maia" else modes
 
 
 def _known(name: str) -> bool:
@@ -538,7 +540,7 @@ def _known(name: str) -> bool:
     base, plus, suffix = name.partition("+")
     if plus:  # a family with a search: maia+MODE, maia-1500+MODE, board+MODE
         family = "maia" if base == "maia" or base.startswith("maia-") else base
-        if family in ("maia", "board") and suffix in search_suffixes():
+        if family in ("maia", "board") and suffix in search_suffixes(family):
             return base in ("maia", "board") or base[5:].isdigit()
     if base.startswith("maia-") and not plus:
         return base[5:].isdigit()
@@ -559,7 +561,8 @@ def check_names(names: Sequence[str]) -> None:
         if not _known(name):
             raise ValueError(
                 f"unknown system {name!r}: known systems are {registered()}, maia-RATING, and "
-                f"maia+M / maia-RATING+M / board+M for M in {list(search_suffixes())}"
+                f"maia+M / maia-RATING+M for M in {list(search_suffixes('maia'))}, board+M for M "
+                f"in {list(search_suffixes('board'))}"
             )
     if len(set(names)) != len(names):
         raise ValueError(f"systems {list(names)} name one system twice")
