@@ -174,7 +174,9 @@ def test_anchor_replaces_the_prior_in_the_kl_term():
 
 def test_table_matches_mctx():
     table = gumbel.considered_visits_table(16, 40)
-    from mctx._src import seq_halving
+    from allie_jax.compat import mctx_seq_halving
+
+    seq_halving = mctx_seq_halving()
 
     for n in (1, 2, 7, 16, 17, 40):
         stock = np.asarray(seq_halving.get_table_of_considered_visits(16, n))
