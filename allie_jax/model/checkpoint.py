@@ -22,6 +22,7 @@ into a local ``./gs:/b/run`` as ``pathlib`` would.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -53,9 +54,24 @@ class CheckpointError(ValueError):
 
 # ---------------------------------------------------------------------------- building models
 def abstract_model(config: Any) -> Any:
-    """A model of ``config``'s family whose parameters are shapes only (no memory, no init)."""
+    """A model of ``config``'s family whose parameters are shapes only (no memory, no init).
+
+    A new object each call, from one traced construction per config: tracing the random init
+    is most of a checkpoint load (for each parameter JAX builds an error message that walks
+    the whole trace so far), and a load needs the abstract model twice.
+    """
+    try:
+        graphdef, state = _abstract_parts(config)
+    except TypeError:  # an unhashable config: trace it every time
+        family = family_lib.of_model_config(config)
+        return nnx.eval_shape(lambda: family.build(config, 0))
+    return nnx.merge(graphdef, jax.tree.map(lambda x: x, state))
+
+
+@functools.lru_cache(maxsize=8)
+def _abstract_parts(config: Any) -> tuple[Any, Any]:
     family = family_lib.of_model_config(config)
-    return nnx.eval_shape(lambda: family.build(config, 0))
+    return nnx.split(nnx.eval_shape(lambda: family.build(config, 0)))
 
 
 def abstract_params(config: ModelConfig) -> dict:

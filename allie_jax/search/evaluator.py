@@ -224,7 +224,9 @@ def path_forward(
 # ``max_path`` slots per row and splitting them per layer moved ~4x the bytes the path holds.
 # Most paths are 2-4 deep, so 4 slots usually suffice. Each width compiles the model once
 # more per row bucket: (4, 8) against (8,) trades a little time per move for a longer
-# compile (both measured in bench/RESULTS.md).
+# compile (both measured in bench/RESULTS.md). A search of ONE game (the engine's) reads
+# every slot: its paths' keys and values are small beside the weights each step reads, and one
+# width compiles the model once instead of three times (the engine compiles before readyok).
 SHORT_PATHS = (4, 8)
 
 
@@ -287,7 +289,8 @@ def make_model_expand(
         state = jax.tree.map(lambda x: x[game, parent], payloads["state"])
         args = (payloads["k"], payloads["v"], path_nodes, path_len, action, state)
         max_path = path_nodes.shape[1]
-        widths = tuple(w for w in SHORT_PATHS if w < max_path) + (max_path,)
+        short = SHORT_PATHS if root_cache.batch_size > 1 else ()
+        widths = tuple(w for w in short if w < max_path) + (max_path,)
         if num_active is None:
             num_active = parent.shape[0]
         # smallest bucket >= num_active: buckets descend, so count those that still cover it
