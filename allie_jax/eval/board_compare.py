@@ -1,6 +1,6 @@
 """Move accuracy of board-state and move-history models on the same held-out positions.
 
-For the closing figures of issue 13: every model scores every position (with a next move) of the
+The board-vs-history comparison (seed 001's question): every model scores every position (with a next move) of the
 same games; a model's move is its most probable *legal* move; accuracies get game-level bootstrap
 intervals and paired differences to a baseline (``allie_jax.eval.stats.compare_systems``).
 

@@ -829,12 +829,3 @@ def top1_array(table: pa.Table, system: str) -> pa.Array:
     has = lengths > 0
     first = pc.take(flat, pa.array(np.where(has, starts, 0).astype(np.int64)))
     return pc.if_else(pa.array(has), first, pa.scalar(None, pa.string()))
-
-
-def systems_in(table: pa.Table) -> list[str]:
-    """System names with columns in ``table`` (in column order)."""
-    names: list[str] = []
-    for c in table.column_names:
-        if c.endswith(".scored"):
-            names.append(c[: -len(".scored")])
-    return names
