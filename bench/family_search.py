@@ -13,6 +13,9 @@ after/before, and the 1-minute load average over the row's rounds.
     flock /work/bench.lock .venv/bin/python bench/family_search.py --families board maia \\
         --batches 1 8 32 --rounds 5
 
+``--leaf_batch K`` runs the "after" side with K leaves per game per step (every family takes
+it; the "before" side always runs one leaf, as older revisions only could).
+
 Models are random-initialised (`tiny` decoder, `board_tiny`; speed does not depend on the weights) except Maia, read from
 ``--maia_dir`` (maia-1500). Run under ``flock /work/bench.lock`` on a shared machine.
 """
@@ -65,8 +68,10 @@ def positions(ply: int, count: int):
     return out
 
 
-def runner(pkg: str, family: str, batch: int, sims: int, maia_dir: str):
-    """A function ``rng -> simulations run`` searching ``batch`` positions with package ``pkg``."""
+def runner(pkg: str, family: str, batch: int, sims: int, maia_dir: str, leaf_batch: int = 1):
+    """A function ``rng -> simulations run`` searching ``batch`` positions with package ``pkg``
+    (``leaf_batch`` K: leaves per game per step; 1 passes nothing, for older revisions)."""
+    k = {} if leaf_batch == 1 else {"leaf_batch": leaf_batch}
     from flax import nnx
 
     games = positions(30, batch)
@@ -75,7 +80,7 @@ def runner(pkg: str, family: str, batch: int, sims: int, maia_dir: str):
         bt = importlib.import_module(f"{pkg}.model.board_transformer")
         model = bt.BoardTransformer(bt.BoardConfig.named("board_tiny"), rngs=nnx.Rngs(0))
         searcher = importlib.import_module(f"{pkg}.engine.board").BoardSearcher(
-            model, search_config.preset("search", mean_sims=sims)
+            model, search_config.preset("search", mean_sims=sims, **k)
         )
         return lambda r: int(searcher.run(games, r).num_sims.sum())
     if family == "maia":
@@ -86,7 +91,7 @@ def runner(pkg: str, family: str, batch: int, sims: int, maia_dir: str):
             pathlib.Path(maia_dir) / "maia-1500.pb.gz"
         )
         searcher = ms.MaiaSearcher(
-            net, ms.MaiaSearchConfig(mode="pibar", num_simulations=sims), batch_size=batch
+            net, ms.MaiaSearchConfig(mode="pibar", num_simulations=sims, **k), batch_size=batch
         )
         moves = [g.moves for g in games]
         return lambda r: int(searcher.run(moves, jax.random.key(r)).num_sims.sum())
@@ -95,7 +100,7 @@ def runner(pkg: str, family: str, batch: int, sims: int, maia_dir: str):
         cfg = importlib.import_module(f"{pkg}.model.config").ModelConfig
         model = tr.AllieModel(cfg.named("tiny"), rngs=nnx.Rngs(0))
         searcher = importlib.import_module(f"{pkg}.search.searcher").Searcher(
-            model, search_config.preset("search", mean_sims=sims)
+            model, search_config.preset("search", mean_sims=sims, **k)
         )
 
         def run(r):
@@ -128,17 +133,22 @@ def main() -> None:
     p.add_argument("--sims", type=int, default=32)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--before", default="5e52ade", help="git revision of the 'before' package")
+    p.add_argument(
+        "--leaf_batch", type=int, default=1, help="K leaves per game per step ('after' only)"
+    )
     p.add_argument("--maia_dir", default=os.environ.get("MAIA_DIR", "/work/shared/models/maia1"))
     args = p.parse_args()
-    if args.rounds < 1 or args.sims < 1 or min(args.batches) < 1:
-        sys.exit("--rounds, --sims and every --batches must be at least 1")
+    if args.rounds < 1 or args.sims < 1 or min(args.batches) < 1 or args.leaf_batch < 1:
+        sys.exit("--rounds, --sims, --leaf_batch and every --batches must be at least 1")
     old_package(args.before)
     rows = []
     for family in args.families:
         for batch in args.batches:
             fns = {
-                side: runner(pkg, family, batch, args.sims, args.maia_dir)
-                for side, pkg in (("before", "allie_jax_old"), ("after", "allie_jax"))
+                "before": runner("allie_jax_old", family, batch, args.sims, args.maia_dir),
+                "after": runner(
+                    "allie_jax", family, batch, args.sims, args.maia_dir, args.leaf_batch
+                ),
             }
             for fn in fns.values():
                 fn(0)  # compile (not timed)
@@ -149,7 +159,10 @@ def main() -> None:
                 row.after.append(timed(fns["after"], r + 1))
             rows.append(row)
             print(_line(row), flush=True)
-    print(f"\nsims {args.sims}, ply 30, rounds {args.rounds}, before = {args.before}")
+    print(
+        f"\nsims {args.sims}, ply 30, rounds {args.rounds}, before = {args.before}, "
+        f"after leaf_batch {args.leaf_batch}"
+    )
     print(HEADER)
     for row in rows:
         print(_line(row))

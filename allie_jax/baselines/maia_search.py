@@ -63,6 +63,7 @@ class MaiaSearchConfig:
     max_depth: int | None = None  # the path limit (None: SearchConfig's max_path)
     temperature: float = 1.0
     sampling: str = "argmax"  # Maia plays / predicts the mode of its final policy
+    leaf_batch: int = 1  # leaves per position per step (SearchConfig.leaf_batch)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -90,6 +91,7 @@ class MaiaSearchConfig:
             temperature=self.temperature,
             sampling=self.sampling,
             resign=False,
+            leaf_batch=self.leaf_batch,
             **extra,
         )
 

@@ -270,8 +270,14 @@ class BoardBlock(nnx.Module):
         self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
         self.dtype = cfg.compute_dtype
 
-    def __call__(self, x: Array, bias: Array, deterministic: bool) -> Array:
+    def __call__(
+        self, x: Array, bias: Array, deterministic: bool, rows: slice | None = None
+    ) -> Array:
+        """``rows``: only these tokens' outputs (queries), every token still a key and value;
+        the last block of a pass computes just what the heads read."""
         q, k, v = self.attn.project(self.ln_1(x))
+        if rows is not None:
+            q, x, bias = q[:, rows], x[:, rows], bias[:, :, rows]
         dt = self.dtype
         out = jax.nn.dot_product_attention(
             q, k, v, bias=bias.astype(dt), implementation=self.attn.impl
@@ -437,13 +443,16 @@ class BoardTransformer(nnx.Module):
         *,
         patch: tuple[int, Array, Array] | None = None,
         capture: list | None = None,
+        rows: slice | None = None,
     ) -> Array:
         """The block stack (with optional feedback cycles) and the final LayerNorm.
 
         The residual stream at step ``s`` is the input of the ``s``-th block run (step 0: the
         embeddings; step ``len(block_order())``: the last block's output). ``patch = (s, mask
         [T] or [B, T] bool, values [B, T, d])`` replaces the masked tokens' residual at step ``s``
-        (activation patching); ``capture`` collects every step's residual.
+        (activation patching); ``capture`` collects every step's residual. ``rows``: return only
+        these tokens (the last block then runs their queries alone, unless the last step's
+        residual is captured or patched).
         """
         cfg = self.config
         x = self.embed_dropout(tokens, deterministic=deterministic).astype(cfg.compute_dtype)
@@ -453,9 +462,13 @@ class BoardTransformer(nnx.Module):
         def run(block: BoardBlock, x: Array) -> Array:
             return block(x, bias, deterministic)
 
+        def run_rows(block: BoardBlock, x: Array) -> Array:
+            return block(x, bias, deterministic, rows)
+
         if cfg.remat:
-            run = nnx.remat(run)
+            run, run_rows = nnx.remat(run), nnx.remat(run_rows)
         order = self.block_order()
+        prune = rows is not None and capture is None and (patch is None or patch[0] < len(order))
 
         def at_step(step: int, x: Array) -> Array:
             if patch is not None and patch[0] == step:
@@ -467,9 +480,13 @@ class BoardTransformer(nnx.Module):
             return x
 
         for step, i in enumerate(order):
-            x = run(self.blocks[i], at_step(step, x))
+            last = prune and step == len(order) - 1
+            x = (run_rows if last else run)(self.blocks[i], at_step(step, x))
+        if prune:
+            return self.ln_f(x).astype(jnp.float32)
         x = at_step(len(order), x)
-        return self.ln_f(x).astype(jnp.float32)
+        x = self.ln_f(x).astype(jnp.float32)
+        return x if rows is None else x[:, rows]
 
     # ------------------------------------------------------------------ forward
     def __call__(
@@ -497,6 +514,7 @@ class BoardTransformer(nnx.Module):
             deterministic,
             patch=patch,
             capture=capture,
+            rows=slice(0, 1),  # the heads read the CLS token only
         )
         cls = h1[:, 0]
         logits = cls @ self.policy_head[...] + self.policy_bias[...]
@@ -517,10 +535,12 @@ class BoardTransformer(nnx.Module):
             probs = jnp.where(top >= 0, jnp.exp(jnp.take_along_axis(log_probs, safe, 1)), 0.0)
             reps = jnp.take_along_axis(legal_info, safe, 1)
             slots = self.candidate_slots(top, reps, probs)
-            h2 = self.encode(jnp.concatenate([context, slots], axis=1), deterministic)
-            choice = (h2[:, -NUM_CANDIDATES:] @ self.choice_head[...] + self.choice_bias[...])[
-                ..., 0
-            ]
+            h2 = self.encode(
+                jnp.concatenate([context, slots], axis=1),
+                deterministic,
+                rows=slice(-NUM_CANDIDATES, None),  # the choice reads the 3 slots only
+            )
+            choice = (h2 @ self.choice_head[...] + self.choice_bias[...])[..., 0]
             choice = jnp.where(top >= 0, choice, MASKED_LOGIT)
             final = refined_log_probs(log_probs, top, choice)
         if cfg.flip:
