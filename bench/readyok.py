@@ -53,9 +53,7 @@ def launch(checkpoint: str, mode: str, cache: Path, leaf_batch: int = 1) -> tupl
         text=True,
         bufsize=1,
     )
-    options = f"setoption name Mode value {mode}\n"
-    if leaf_batch != 1:
-        options += f"setoption name LeafBatch value {leaf_batch}\n"
+    options = f"setoption name Mode value {mode}\nsetoption name LeafBatch value {leaf_batch}\n"
     proc.stdin.write(f"uci\n{options}isready\n")
     proc.stdin.flush()
     ready = first_go = float("nan")
@@ -101,7 +99,7 @@ def play(
     theirs = chess.engine.SimpleEngine.popen_uci(stockfish)
     seconds, sims = [], []
     try:
-        ours.configure({"Mode": mode, **({"LeafBatch": leaf_batch} if leaf_batch != 1 else {})})
+        ours.configure({"Mode": mode, "LeafBatch": leaf_batch})
         theirs.configure({"UCI_LimitStrength": True, "UCI_Elo": 1500})
         ours.ping()  # isready: every shape compiled before the clock starts
         board = chess.Board()

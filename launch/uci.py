@@ -69,10 +69,11 @@ def main(argv: list[str] | None = None) -> int:
             from allie_jax.baselines.maia_uci import load_maia_uci
 
             return load_maia_uci(args.checkpoint)
+        from allie_jax.engine import api
         from allie_jax.engine.api import Allie
 
         # readyok once short games' shapes are compiled; long games' follow in the background
-        allie = Allie.load(args.checkpoint, defer_long_shapes=True)
+        allie = Allie.load(args.checkpoint, defer_long_shapes=True, leaf_batch=api.PLAY_LEAF_BATCH)
         if fen_spec is not None:
             allie.fen_model = _load_fen_model(fen_spec)
         return allie

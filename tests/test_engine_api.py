@@ -272,3 +272,17 @@ def test_deferred_warmup_covers_long_games(model, sample_pgn):
     finally:
         listening[0] = False
     assert events == []
+
+
+def test_engine_leaf_batch_default_applies_where_the_caller_sets_none(model):
+    """``Allie(leaf_batch=K)`` (launch.uci's play default) is the K of preset names without
+    one; an explicit ``leaf_batch`` (UCI ``LeafBatch``) and a SearchConfig given whole win."""
+    from allie_jax.search import SearchConfig
+
+    a = Allie(model, leaf_batch=api_mod.PLAY_LEAF_BATCH)
+    assert a._config("adaptive", {}).leaf_batch == api_mod.PLAY_LEAF_BATCH
+    assert a._config("adaptive", {"leaf_batch": 1}).leaf_batch == 1
+    assert a._config(SearchConfig(mode="search"), {}).leaf_batch == 1
+    assert Allie(model)._config("adaptive", {}).leaf_batch == 1
+    # a family with its own searcher (the board model) keeps SearchConfig's default
+    assert Allie(model, searcher_factory=object, leaf_batch=8).leaf_batch is None

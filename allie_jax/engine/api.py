@@ -53,6 +53,11 @@ from allie_jax.search.decision import as_jax_key
 
 log = logging.getLogger(__name__)
 PRESETS = MODES  # the SearchConfig modes, one name per preset
+# Leaves per search step of the engine's one game (``leaf_batch``) when its caller names none:
+# ``launch.uci`` passes it to ``Allie`` (the UCI ``LeafBatch`` default). K > 1 makes a step's
+# model call read the weights once for K leaves; picked by the batch-1 benchmark
+# (bench/RESULTS.md). Batches of many games keep SearchConfig's 1.
+PLAY_LEAF_BATCH = 16
 _LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512)
 # fixed shapes: the direct pass and the root prior pad to one of these or the whole context (a
 # long game's prior on a 1024-token model must not cost a 1024-token forward on a short clock)
@@ -181,6 +186,7 @@ class Allie:
         searcher_factory: Any = None,
         fixed_shapes: bool = False,
         defer_long_shapes: bool = False,
+        leaf_batch: int | None = None,
     ) -> None:
         from allie_jax.engine import board as board_engine
 
@@ -206,6 +212,9 @@ class Allie:
         # compiled, and compiles those only long games meet in a background thread
         # (``long_warmup``): a GUI waits for ``readyok``, a game reaches ~120 plies much later
         self.defer_long_shapes = defer_long_shapes
+        # the ``leaf_batch`` of searches whose caller sets none (None: SearchConfig's); the
+        # decoder only: the board family's small model gains nothing from several leaves
+        self.leaf_batch = None if searcher_factory is not None else leaf_batch
         self.long_warmup: threading.Thread | None = None
         if fixed_shapes:
             self._forward.fix_shapes()
@@ -269,7 +278,7 @@ class Allie:
         thread ``long_warmup``, started here.
         """
         self.fix_shapes()
-        config = make_config(preset, **overrides)
+        config = self._config(preset, overrides)
         _play_keys(0)
         calls = 1
         searcher = self._searcher(config)
@@ -304,6 +313,12 @@ class Allie:
             )
             self.long_warmup.start()
         return calls + 1
+
+    def _config(self, preset: str | SearchConfig, overrides: dict[str, Any]) -> SearchConfig:
+        """``make_config``, with this Allie's ``leaf_batch`` where a preset name sets none."""
+        if self.leaf_batch is not None and isinstance(preset, str):
+            overrides = {"leaf_batch": self.leaf_batch, **overrides}
+        return make_config(preset, **overrides)
 
     def _warm_forward(self, length: int, batch: int, config: SearchConfig) -> None:
         """The direct pass at one padded length and the policy step after it."""
@@ -486,7 +501,7 @@ class Allie:
         for i, b in enumerate(boards):
             if b.is_game_over(claim_draw=False) or not any(True for _ in b.legal_moves):
                 raise ValueError(f"game {i} is over ({b.result()}): no move to play")
-        config = make_config(preset, **overrides)
+        config = self._config(preset, overrides)
         if config.searches:
             # a mode this family cannot search (the board model under ``adaptive``: no think
             # time) is the caller's error, raised naming the mode, not a silent policy move
