@@ -519,3 +519,39 @@ def test_bad_fen_model_is_one_clear_error(capsys, tmp_path):
         with pytest.raises(SystemExit) as exc:
             main(["--checkpoint", str(ckpt), "--fen_model", spec])
         assert exc.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_a_timed_out_history_search_gets_twice_the_time_next(monkeypatch):
+    """The engine searches a FEN's history again at each move until it is found; on a busy
+    machine every try of the same length can run out of time, so each retry doubles the time
+    (up to MAX_RETRY_FACTOR), and the history a long enough search finds is then cached."""
+    import collections
+
+    from allie_jax.engine import fen_history
+
+    monkeypatch.setattr(fen_history, "_CACHE", collections.OrderedDict())
+    monkeypatch.setattr(fen_history, "_TIMEOUTS", collections.OrderedDict())
+    # an EPD book's FEN (move number 1: the bound is the 24-ply maximum, a slow search)
+    fen = "rn1qkbnr/ppp2ppp/3p4/4p3/2B1P3/5b2/PPPP1PPP/RNBQ1RK1 w kq - 0 1"
+    limits: list[float] = []
+    real = fen_history._search
+
+    def out_of_time(target, max_plies, max_nodes, time_limit_s, strict):
+        limits.append(time_limit_s)
+        return fen_history.History(target.board.fen(), None, "out of time", 0, True)
+
+    monkeypatch.setattr(fen_history, "_search", out_of_time)
+    for _ in range(6):
+        result = fen_history.find_history(fen, time_limit_s=1.0)
+        assert result.timed_out and fen_history.cached(fen) is None
+    # two passes (strict, then every move) share each call's time
+    factors = [1, 2, 4, 8, 16, 16]
+    assert limits == [0.5 * f for f in factors for _ in (0, 1)]
+    monkeypatch.setattr(fen_history, "_search", real)
+    found = fen_history.find_history(fen, time_limit_s=4.0)  # 64 s: ample on a busy machine
+    assert found.found and fen_history.cached(fen) == found
+    board = chess.Board()
+    for move in found.moves:
+        board.push_uci(move)
+    assert board.epd() == chess.Board(fen).epd()  # python-chess: the exact position
+    assert fen not in fen_history._TIMEOUTS

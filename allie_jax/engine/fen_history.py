@@ -235,6 +235,11 @@ def _search(
 _CACHE: collections.OrderedDict[str, History] = collections.OrderedDict()
 _CACHE_SIZE = 4096
 _LOCK = threading.Lock()
+# FEN -> how many searches of it ran out of time: each retry gets twice the time of the last
+# (up to MAX_RETRY_FACTOR times the caller's), so on a busy machine, where every try of the
+# same length can time out, the engine's retry at each move finds the history within a few moves
+_TIMEOUTS: collections.OrderedDict[str, int] = collections.OrderedDict()
+MAX_RETRY_FACTOR = 16
 
 
 def find_history(
@@ -247,6 +252,8 @@ def find_history(
     """A legal sequence from the standard start reaching ``fen`` exactly, or why there is none.
 
     Results are cached per FEN (an opening book asks for the same positions again and again).
+    A search that ran out of time is not cached; the next search of that FEN gets twice the
+    time (``time_limit_s`` times 2, 4, ... up to ``MAX_RETRY_FACTOR``).
     A FEN python-chess cannot read raises ValueError naming it.
     """
     try:
@@ -259,6 +266,7 @@ def find_history(
         if hit is not None:
             _CACHE.move_to_end(norm)
             return hit
+        time_limit_s *= min(2 ** _TIMEOUTS.get(norm, 0), MAX_RETRY_FACTOR)
     if position_key(board) == position_key(chess.Board()):
         result = History(norm, (), "", 0)
     elif not board.is_valid():
@@ -279,8 +287,14 @@ def find_history(
                     break
             if result.found:
                 break
-    if not result.timed_out:
-        with _LOCK:  # a timeout is not cached: a quieter moment may find it
+    with _LOCK:
+        if result.timed_out:  # not cached: a quieter moment, or more time, may find it
+            _TIMEOUTS[norm] = _TIMEOUTS.get(norm, 0) + 1
+            _TIMEOUTS.move_to_end(norm)
+            while len(_TIMEOUTS) > _CACHE_SIZE:
+                _TIMEOUTS.popitem(last=False)
+        else:
+            _TIMEOUTS.pop(norm, None)
             _CACHE[norm] = result
             while len(_CACHE) > _CACHE_SIZE:
                 _CACHE.popitem(last=False)
