@@ -103,6 +103,37 @@ def test_board_search_builds_the_reference_tree_on_real_positions(board_dir, sam
         assert out.num_sims[i] == 12 and not out.resign[i]
 
 
+@pytest.mark.slow  # compiles the board search with 4 leaves per step
+def test_board_leaf_batch_builds_the_virtual_loss_reference_tree(board_dir, sample_pgn):
+    """With ``leaf_batch`` 4 the board model's leaves (4 rows per game, one forward for the
+    step) give exactly the visits of the plain-Python virtual-loss reference (python-chess
+    boards, one forward per node), on real positions."""
+    from tests.test_leaf_batch import LeafBatchReference
+
+    allie = Allie.load(board_dir)
+    games = list(itertools.islice(read_games(sample_pgn), 3))
+    prefixes = [
+        Game(moves=g.moves[:k], white_elo=g.white_elo, black_elo=g.black_elo)
+        for g, k in zip(games, (12, 25, 40), strict=True)
+    ]
+    config = SearchConfig.preset("search", mean_sims=14, final_policy="visits", leaf_batch=4)
+    out = BoardSearcher(allie.model, config).run(prefixes, 0)
+    forward = BoardForward(allie.model)
+    for i, game in enumerate(prefixes):
+        board = chess.Board()
+        for m in game.moves:
+            board.push_uci(m)
+        ref = LeafBatchReference(
+            _reference_evaluator(forward, board, game), k=4, c_puct=config.c_puct
+        )
+        root = ref.run_tree(board, 14, config.c_puct)
+        expected = np.zeros(vocab.NUM_MOVES, np.int32)
+        for move, child in root.children.items():
+            expected[move] = child.visits
+        np.testing.assert_array_equal(out.visit_counts[i], expected, err_msg=f"game {i}")
+        assert out.num_sims[i] == 14
+
+
 @pytest.mark.slow  # compiles the Gumbel search
 def test_board_gumbel_and_policy_modes(board_dir):
     """The Gumbel preset runs the board model's search (budget, visited move); the policy preset
