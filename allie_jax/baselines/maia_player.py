@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import chess
@@ -153,7 +153,16 @@ class MaiaPlayer:
             self._searchers[rating] = maia_searcher(net, self.search_config)
         return self._searchers[rating]
 
-    def play(self, games: Sequence[Game], rng: jax.Array) -> list[Decision]:
+    def play(
+        self,
+        games: Sequence[Game],
+        rng: jax.Array,
+        *,
+        deadline: float | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> list[Decision]:
+        """``deadline`` (``time.monotonic()``) and ``should_stop`` cut the search short as they
+        do ``Searcher.run``'s: the move then comes from the simulations run so far."""
         by_net: dict[int, list[int]] = {}
         for i, g in enumerate(games):
             _legal(g)
@@ -164,7 +173,10 @@ class MaiaPlayer:
             for start in range(0, len(rows), self.batch_size):
                 chunk = rows[start : start + self.batch_size]
                 res = self._searcher(rating).run(
-                    [games[i] for i in chunk], jax.random.fold_in(key, start)
+                    [games[i] for i in chunk],
+                    jax.random.fold_in(key, start),
+                    deadline=deadline,
+                    should_stop=should_stop,
                 )
                 for j, i in enumerate(chunk):
                     out[i] = _decision(games[i], res, j, rating)
@@ -248,7 +260,18 @@ class MaiaEngine:
         self.player_kwargs = player_kwargs
         self._players: dict[tuple, MaiaPlayer] = {}
 
-    def play(self, games: Sequence[Game], preset: str, rng, **overrides) -> list[Decision]:
+    def play(
+        self,
+        games: Sequence[Game],
+        preset: str,
+        rng,
+        *,
+        deadline: float | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        **overrides,
+    ) -> list[Decision]:
+        """The ``Player`` protocol: ``overrides`` are SearchConfig fields; ``deadline`` and
+        ``should_stop`` are the caller's clock (``Allie.play``'s)."""
         key = (preset, tuple(sorted(overrides.items())))
         if key not in self._players:
             self._players[key] = MaiaPlayer(
@@ -263,6 +286,9 @@ class MaiaEngine:
             by_rating.setdefault(nearest_rating(own or 1500, player.maia.ratings), []).append(i)
         for rating, rows in by_rating.items():
             player.spec = dataclasses.replace(player.spec, elo=rating)
-            for i, d in zip(rows, player.play([games[i] for i in rows], key), strict=True):
+            decisions = player.play(
+                [games[i] for i in rows], key, deadline=deadline, should_stop=should_stop
+            )
+            for i, d in zip(rows, decisions, strict=True):
                 out[i] = d
         return out  # type: ignore[return-value]
