@@ -406,3 +406,21 @@ def test_policy_sums_are_probabilities(checkpoints, games):
         d = _player(family, checkpoints).play(games[:1], "policy", 0)[0]
         total = float(np.sum(list(d.policy.values())))
         assert 0.5 < total <= 1.0 + 1e-4, (family, total)
+
+
+def test_search_options_reach_maias_search_like_the_decoders():
+    """``--system_options c_puct=…,selection=kl,lambda_schedule=paper`` (one list for every
+    system) reaches maia+MODE's SearchConfig as it reaches the decoder's; Maia keeps its own
+    budget knob (maia_sims) and a bad value is one error naming the key."""
+    from allie_jax.baselines.eval_systems import maia_search_options
+    from allie_jax.baselines.maia_search import MaiaSearchConfig
+    from allie_jax.search.config import from_options
+
+    options = {"c_puct": "2.5", "selection": "kl", "lambda_schedule": "paper", "mean_sims": "8"}
+    maia = MaiaSearchConfig(mode="pibar", **maia_search_options(options)).search_config()
+    decoder = from_options("search", options)
+    for field in ("c_puct", "selection", "lambda_schedule"):
+        assert getattr(maia, field) == getattr(decoder, field), field
+    assert maia.mean_sims == MaiaSearchConfig().num_simulations  # not the decoder's mean_sims
+    with pytest.raises(ValueError, match="c_puct"):
+        maia_search_options({"c_puct": "fast"})

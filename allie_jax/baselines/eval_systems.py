@@ -235,6 +235,33 @@ def _option(options: Mapping[str, str], key: str, cast, default):
         ) from None
 
 
+def maia_search_options(options: Mapping[str, str]) -> dict[str, Any]:
+    """The ``--system_options`` that name SearchConfig fields (``c_puct``, ``lambda_schedule``,
+    ``selection``, ``leaf_batch``, ...), as MaiaSearchConfig arguments: its own fields by name,
+    the rest as ``search_overrides``. The budget (``maia_sims``) and λ (``pikl_lambda`` /
+    ``lambda``) keep their Maia spellings; ``mean_sims``/``max_sims`` are the decoder's."""
+    import dataclasses
+
+    from allie_jax.baselines.maia_search import MaiaSearchConfig
+    from allie_jax.search.config import OPTION_ALIASES, SearchConfig, from_options
+
+    skip = {"mode", "mean_sims", "max_sims", "anchor_lambda"}
+    named = {OPTION_ALIASES.get(k, k) for k in options} - skip
+    search_fields = {f.name for f in dataclasses.fields(SearchConfig)}
+    cast = from_options("search", options)  # text to each field's type, errors naming the key
+    own = {f.name for f in dataclasses.fields(MaiaSearchConfig)}
+    out: dict[str, Any] = {}
+    extra: list[tuple[str, Any]] = []
+    for field in sorted(named & search_fields):
+        if field in own:
+            out[field] = getattr(cast, field)
+        else:
+            extra.append((field, getattr(cast, field)))
+    if extra:
+        out["search_overrides"] = tuple(extra)
+    return out
+
+
 def maia_dir_from(ctx: SystemContext) -> str:
     path = ctx.options.get("maia_dir") or ctx.get("maia_dir", None) or os.environ.get("MAIA_DIR")
     if not path:
@@ -262,6 +289,7 @@ def make_maia(name: str, ctx: SystemContext):
         mode=mode,
         num_simulations=_option(ctx.options, "maia_sims", int, 32),
         pikl_lambda=lam,
+        **maia_search_options(ctx.options),
     )
     return MaiaSearchSystem(
         name,

@@ -48,6 +48,10 @@ from allie_jax.search.tree_search import NodeEval
 MODES = ("pibar", "gumbel", "visits")
 
 
+# SearchConfig fields search_config() sets from this config's own (not overridable by name)
+_SET_HERE = ("mode", "mean_sims", "max_sims", "anchor_lambda", "final_policy", "resign", "max_path")
+
+
 @dataclasses.dataclass(frozen=True)
 class MaiaSearchConfig:
     """Search on Maia (see the module docstring); ``search_config()`` is the one search's config."""
@@ -64,6 +68,9 @@ class MaiaSearchConfig:
     temperature: float = 1.0
     sampling: str = "argmax"  # Maia plays / predicts the mode of its final policy
     leaf_batch: int = 1  # leaves per position per step (SearchConfig.leaf_batch)
+    # any other SearchConfig field, as (name, value) pairs (``selection``, ``fpu``, ...): the
+    # evaluator's and the match's --system_options reach Maia's search like the decoder's
+    search_overrides: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -72,12 +79,18 @@ class MaiaSearchConfig:
             raise ValueError(f"num_simulations={self.num_simulations} must be at least 1")
         if self.pikl_lambda is not None and not self.pikl_lambda > 0:
             raise ValueError(f"pikl_lambda={self.pikl_lambda} must be > 0 (or None)")
+        named = {f.name for f in dataclasses.fields(self)} | set(_SET_HERE)
+        clash = sorted(k for k, _ in self.search_overrides if k in named)
+        if clash:
+            raise ValueError(f"search_overrides {clash}: set them as MaiaSearchConfig fields")
 
     def search_config(self) -> SearchConfig:
+        """The one search's config for this Maia search (``search_overrides`` added last)."""
         lam, schedule = self.anchor_lambda, self.lambda_schedule
         if self.pikl_lambda is not None:
             lam, schedule = float(self.pikl_lambda), "constant"
         extra = {} if self.max_depth is None else {"max_path": int(self.max_depth)}
+        extra.update(self.search_overrides)  # fields this config does not name
         return SearchConfig(
             mode="gumbel" if self.mode == "gumbel" else "search",
             mean_sims=self.num_simulations,
