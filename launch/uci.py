@@ -32,6 +32,14 @@ def main(argv: list[str] | None = None) -> int:
         help="a board-reading model for positions given as a FEN whose history cannot be "
         "found: maia:DIR[:elo] (Maia's policy) or board:RUN (a board-family checkpoint)",
     )
+    parser.add_argument(
+        "--defer_long_shapes",
+        "--defer-long-shapes",
+        action="store_true",
+        help="answer readyok once the shapes of games up to ~120 plies are compiled and compile "
+        "longer games' in the background (a GUI that waits under a minute for readyok); that "
+        "compile competes with the first game's moves for the CPU, so it is off by default",
+    )
     args = parser.parse_args(argv)
     # Only light checks here: the engine must answer `uci` within a second, so JAX, the model
     # code and the checkpoint load after it (in the handler's loader thread).
@@ -72,8 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         from allie_jax.engine import api
         from allie_jax.engine.api import Allie
 
-        # readyok once short games' shapes are compiled; long games' follow in the background
-        allie = Allie.load(args.checkpoint, defer_long_shapes=True, leaf_batch=api.PLAY_LEAF_BATCH)
+        # --defer_long_shapes: readyok once short games' shapes are compiled, long games' in the
+        # background (off by default: that compile competes with the first game's moves)
+        allie = Allie.load(
+            args.checkpoint,
+            defer_long_shapes=args.defer_long_shapes,
+            leaf_batch=api.PLAY_LEAF_BATCH,
+        )
         if fen_spec is not None:
             allie.fen_model = _load_fen_model(fen_spec)
         return allie

@@ -238,7 +238,8 @@ OPTIONS: dict[str, tuple[str, Callable[[Options, str], None]]] = {
         "type combo default puct " + " ".join(f"var {v}" for v in SELECTIONS),
         _set_selection,
     ),
-    "LeafBatch": ("type spin default 1 min 1 max 64", _spin(1, 64, "leaf_batch")),
+    # the engine's K when unset is the launcher's (launch.uci: api.PLAY_LEAF_BATCH = 16)
+    "LeafBatch": ("type spin default 16 min 1 max 64", _spin(1, 64, "leaf_batch")),
 }
 _OPTION_KEYS = {k.lower(): k for k in OPTIONS}
 
