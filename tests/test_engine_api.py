@@ -3,6 +3,7 @@ unbatched forward pass of the same model."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 
@@ -286,3 +287,24 @@ def test_engine_leaf_batch_default_applies_where_the_caller_sets_none(model):
     assert Allie(model)._config("adaptive", {}).leaf_batch == 1
     # a family with its own searcher (the board model) keeps SearchConfig's default
     assert Allie(model, searcher_factory=object, leaf_batch=8).leaf_batch is None
+
+
+def test_temper_draws_searched_moves_at_the_temperature():
+    """UCI's Temperature on a searched move: T = 0 plays the final policy's mode, T > 0 draws
+    with probability p^(1/T) / Z (counted over seeds against numpy's formula, not our rule)."""
+    from allie_jax.engine.api import temper
+
+    policy = {"e2e4": 0.5, "d2d4": 0.3, "g1f3": 0.15, "c2c4": 0.05}
+    d = Decision("d2d4", 0.0, 0.0, False, 16, policy, path="search")
+    assert temper(d, 0.0, 0).move == "e2e4"
+    assert temper(d, 1.0, 0) is d
+    assert (
+        temper(dataclasses.replace(d, path="prior"), 0.0, 0).move == "d2d4"
+    )  # budget-0: left alone
+    moves = list(policy)
+    for t in (0.5, 2.0):
+        want = np.asarray([policy[m] ** (1 / t) for m in moves])
+        want /= want.sum()
+        counts = collections.Counter(temper(d, t, seed).move for seed in range(600))
+        got = np.asarray([counts[m] / 600 for m in moves])
+        assert np.abs(got - want).max() < 0.06, (t, got, want)

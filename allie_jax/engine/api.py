@@ -710,18 +710,21 @@ def fallback_decision(prior: Prediction, note: str) -> Decision:
 
 def temper(d: Decision, temperature: float, rng: Any) -> Decision:
     """A searched move drawn again from the search's final policy at ``temperature`` (0: its
-    most likely move; 1: the move as the search drew it). Budget-0 moves already had the
-    preset's temperature applied to the prior."""
+    most likely move; 1: the move as the search drew it), by the one move rule
+    (``decision.legal_prior`` to temper, ``decision.draw_moves`` to draw). Budget-0 moves
+    already had the preset's temperature applied to the prior."""
     if d.path != "search" or temperature == 1.0 or not d.policy:
         return d
-    moves = sorted(d.policy)
-    p = np.asarray([d.policy[m] for m in moves], np.float64)
-    if temperature <= 0:
-        return dataclasses.replace(d, move=moves[int(np.argmax(p))])
-    w = np.exp(np.log(np.maximum(p, 1e-30)) / temperature)
-    seed = int(np.asarray(jax.random.key_data(as_jax_key(rng))).ravel()[-1])
-    pick = np.random.default_rng(seed).choice(len(moves), p=w / w.sum())
-    return dataclasses.replace(d, move=moves[int(pick)])
+    ids = np.asarray([vocab.MOVE_TO_ID[m] for m in d.policy], np.int64)
+    p = np.asarray(list(d.policy.values()), np.float64)
+    legal = np.zeros((1, vocab.NUM_MOVES), bool)
+    legal[0, ids] = True
+    log_p = np.full((1, vocab.NUM_MOVES), -np.inf, np.float32)
+    log_p[0, ids] = np.log(np.maximum(p, 1e-30))
+    argmax = temperature <= 0
+    tempered = decision.legal_prior(jnp.asarray(log_p), legal, 1.0 if argmax else temperature)
+    move = decision.draw_moves(tempered, legal, jnp.asarray([argmax]), as_jax_key(rng))
+    return dataclasses.replace(d, move=vocab.MOVES[int(move[0])])
 
 
 def _legal_masks(boards: Sequence[chess.Board]) -> np.ndarray:
