@@ -37,6 +37,7 @@ def _reference(model, board, game):
     return np.exp(np.asarray(out.final_log_probs[0])), float(out.value[0])
 
 
+@pytest.mark.slow  # the board family through Allie.play is in test_product's default set
 def test_allie_predict_and_play_with_a_board_checkpoint(board_dir):
     allie = Allie.load(board_dir)
     game = Game(moves="e2e4 e7e5 g1f3 b8c6 f1b5".split(), white_elo=1600, black_elo=1400)

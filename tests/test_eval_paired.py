@@ -23,7 +23,7 @@ from allie_jax.eval.tally import ExactSum, Tally
 from allie_jax.game import encode_game
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.pgn import open_text, read_games
-from allie_jax.search.config import MODES, SEARCH_MODES
+from allie_jax.search.config import ADAPTIVE_MODES, MODES, SEARCH_MODES
 
 ev = importlib.import_module("allie_jax.eval.evaluate")
 
@@ -36,10 +36,16 @@ def tiny_model():
 def test_every_search_mode_is_a_system_name():
     for mode in MODES:
         sysmod.check_names([mode])
-    for mode in SEARCH_MODES:
-        sysmod.check_names([f"maia+{mode}", f"maia-1500+{mode}", f"board+{mode}"])
-    sysmod.check_names(["maia", "maia-1100", "board"])
-    for bad in ("nonesuch", "maia+policy", "board+nonesuch", "maia-x"):
+    for mode in SEARCH_MODES:  # the board family and Maia have no think time: no adaptive
+        names = [f"maia+{mode}", f"maia-1500+{mode}", f"board+{mode}"]
+        if mode in ADAPTIVE_MODES:
+            for name in names:
+                with pytest.raises(ValueError, match="unknown system"):
+                    sysmod.check_names([name])
+        else:
+            sysmod.check_names(names)
+    sysmod.check_names(["maia", "maia-1100", "board", "maia+visits"])
+    for bad in ("nonesuch", "maia+policy", "board+nonesuch", "maia-x", "board+visits"):
         with pytest.raises(ValueError, match="unknown system"):
             sysmod.check_names([bad])
     assert sysmod.resolve("gumbel") is sysmod.resolve("search")

@@ -292,9 +292,8 @@ def test_evaluator_names_follow_the_mode_table():
     check_names(list(FAMILY_MODES["allie"]))
 
 
-@pytest.mark.parametrize(
-    "everything", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["smoke", "all"]
-)
+@pytest.mark.slow  # ~100 s on a 2-core CI box; the systems' own tests are in the default suite
+@pytest.mark.parametrize("everything", [False, True], ids=["smoke", "all"])
 def test_launch_evaluate_scores_every_system(everything, checkpoints, sample_pgn, tmp_path):
     names = _system_names(everything)
     out = tmp_path / "eval"
@@ -387,6 +386,7 @@ def _check_match(pairing, checkpoints, tmp_path):
         assert game.headers["Termination"] != "time forfeit", game.headers
 
 
+@pytest.mark.slow  # a match process per pairing; test_match.py plays one in the default suite
 @pytest.mark.parametrize("pairing", _pairings(all_modes=False), ids=lambda p: "-".join(p))
 def test_launch_match_across_families(pairing, checkpoints, tmp_path):
     _check_match(pairing, checkpoints, tmp_path)
