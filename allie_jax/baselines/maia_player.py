@@ -32,7 +32,7 @@ from allie_jax.baselines.maia_search import MaiaSearchConfig, maia_searcher
 from allie_jax.game import Game
 from allie_jax.modes import modes_for
 from allie_jax.player import Decision
-from allie_jax.search.config import SearchConfig
+from allie_jax.search.config import SearchConfig, check_fields
 from allie_jax.search.searcher import Searcher, SearchOutput
 
 # preset -> MaiaSearchConfig mode (None: no tree). ``greedy`` is the argmax of Maia's policy (Maia
@@ -115,9 +115,7 @@ class MaiaPlayer:
         overrides = dict(overrides or {})
         if "mean_sims" in overrides and "max_sims" not in overrides:
             overrides["max_sims"] = overrides["mean_sims"]
-        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(SearchConfig)})
-        if unknown:
-            raise ValueError(f"SearchConfig has no field(s) {unknown}")
+        check_fields(overrides)
         self._base_config = dataclasses.replace(base, **overrides)
         self._searchers: dict[int, Searcher] = {}
         self.temperature = temperature

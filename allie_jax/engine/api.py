@@ -48,7 +48,7 @@ import numpy as np
 from allie_jax import aot, player, vocab
 from allie_jax.game import Game, denormalize_think_time, header_tokens
 from allie_jax.search import decision
-from allie_jax.search.config import MODES, SearchConfig
+from allie_jax.search.config import MODES, SearchConfig, check_fields
 from allie_jax.search.decision import as_jax_key
 
 log = logging.getLogger(__name__)
@@ -754,8 +754,5 @@ def make_config(preset: str | SearchConfig, **overrides: Any) -> SearchConfig:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}: expected one of {', '.join(PRESETS)}")
     fields: dict[str, Any] = {"mode": preset, **overrides}
-    known = {f.name for f in dataclasses.fields(SearchConfig)}
-    unknown = set(fields) - known
-    if unknown:
-        raise ValueError(f"SearchConfig has no field(s) {sorted(unknown)}")
+    check_fields(fields)
     return SearchConfig(**fields)

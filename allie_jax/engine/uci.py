@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from allie_jax import vocab
 from allie_jax.engine.pacing import remaining_wait
 from allie_jax.engine.time_manager import MOVE_OVERHEAD_S, Clock, FinishReserve, MovePlan
-from allie_jax.modes import MODES
+from allie_jax.modes import MODES, SEARCH_MODES
 
 if TYPE_CHECKING:
     import chess
@@ -876,7 +876,7 @@ class UciHandler:
         overrides: dict[str, Any] = {"temperature": o.temperature}
         if o.temperature <= 0:  # temperature 0 means argmax (SearchConfig wants T > 0)
             overrides = {"temperature": 1.0, "sampling": "argmax"}
-        if preset not in ("policy", "greedy"):
+        if preset in SEARCH_MODES:
             overrides["mean_sims"] = o.mean_sims
             overrides["max_sims"] = max(o.max_sims, o.mean_sims)
             for field in ("c_puct", "anchor_lambda", "lambda_schedule", "leaf_batch"):
@@ -926,7 +926,7 @@ class UciHandler:
             "progress": lambda sims, moves: self._progress(go, sims, moves),
         }
         params = go.params
-        if params.nodes is not None and params.nodes > 0 and preset not in ("policy", "greedy"):
+        if params.nodes is not None and params.nodes > 0 and preset in SEARCH_MODES:
             clock["budgets"] = [min(params.nodes, overrides["max_sims"])]
         rng = (o.seed * 1_000_003 + go.index) % (2**31 - 1)
         if go.pos.board.is_game_over(claim_draw=False):  # a draw by rule, with legal moves left

@@ -19,10 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from allie_jax.game import TIME_MEAN
+from allie_jax.modes import ADAPTIVE_MODES, MODES, SEARCH_MODES  # the one mode list
 
-MODES = ("policy", "greedy", "search", "adaptive", "gumbel", "gumbel-adaptive")
-SEARCH_MODES = ("search", "adaptive", "gumbel", "gumbel-adaptive")  # the modes that build a tree
-ADAPTIVE_MODES = ("adaptive", "gumbel-adaptive")  # budgets from the predicted think time
 FINAL_POLICIES = ("pibar", "visits")
 FPU_MODES = ("absolute", "reduction")
 SAMPLING = ("sample", "argmax", "rating-based")
@@ -184,6 +182,14 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 
 # option names accepted for SearchConfig fields besides the fields' own names
 OPTION_ALIASES = {"lambda": "anchor_lambda"}
+
+
+def check_fields(names: Any) -> None:
+    """Raise ValueError naming every one of ``names`` that is not a SearchConfig field (a caller's
+    overrides, checked before they reach the dataclass's own TypeError)."""
+    unknown = set(names) - {f.name for f in dataclasses.fields(SearchConfig)}
+    if unknown:
+        raise ValueError(f"SearchConfig has no field(s) {sorted(unknown)}")
 
 
 def from_options(
