@@ -55,16 +55,18 @@ HOST_MALLOC = keep_freed_host_memory()
 
 import chess  # noqa: E402
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from allie_jax import vocab  # noqa: E402
 from allie_jax.game import encode_game  # noqa: E402
 from allie_jax.model import AllieModel, ModelConfig  # noqa: E402
 from allie_jax.pgn import read_games  # noqa: E402
 from allie_jax.search import SearchConfig, Searcher  # noqa: E402
-from allie_jax.search.reference import FullSequenceEvaluator, ReferenceMCTS  # noqa: E402
+from allie_jax.search.reference import (  # noqa: E402
+    FullSequenceEvaluator,
+    ReferenceMCTS,
+    whole_sequence_forward,
+)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SAMPLES = [
@@ -107,22 +109,7 @@ def model_config(size: str) -> ModelConfig:
 
 def make_forward(model):
     """The baseline's model call: the whole sequence, last position's policy and value."""
-    graphdef, params = nnx.split(model)
-
-    @functools.partial(jax.jit, static_argnames=("graphdef",))
-    def fwd(graphdef, params, tokens, last):
-        out = nnx.merge(graphdef, params)(tokens)
-        return out.policy_logits[0, last], out.value[0, last]
-
-    def forward(tokens):
-        n = len(tokens)
-        width = -(-n // 16) * 16
-        padded = np.full((1, width), vocab.PAD, np.int32)
-        padded[0, :n] = tokens
-        logits, value = fwd(graphdef, params, jnp.asarray(padded), n - 1)
-        return np.asarray(logits), float(value)
-
-    return forward
+    return whole_sequence_forward(model)
 
 
 class Ours:

@@ -9,12 +9,9 @@ through UCI and ``--system_options``.
 
 from __future__ import annotations
 
-import functools
 import itertools
 
 import chess
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -24,7 +21,11 @@ from allie_jax.game import Game, encode_game
 from allie_jax.model import AllieModel, ModelConfig
 from allie_jax.pgn import read_games
 from allie_jax.search import SearchConfig, Searcher
-from allie_jax.search.reference import FullSequenceEvaluator, ReferenceMCTS
+from allie_jax.search.reference import (
+    FullSequenceEvaluator,
+    ReferenceMCTS,
+    whole_sequence_forward,
+)
 
 SIMS = 14
 
@@ -32,25 +33,6 @@ SIMS = 14
 @pytest.fixture(scope="module")
 def tiny_model():
     return AllieModel(ModelConfig.named("tiny", dropout=0.0), rngs=nnx.Rngs(3))
-
-
-def _forward(model):
-    """The model on the whole token sequence (the released design): last position's outputs."""
-    graphdef, params = nnx.split(model)
-
-    @functools.partial(jax.jit, static_argnames=("graphdef",))
-    def fwd(graphdef, params, tokens, last):
-        out = nnx.merge(graphdef, params)(tokens)
-        return out.policy_logits[0, last], out.value[0, last]
-
-    def forward(tokens):
-        width = -(-len(tokens) // 16) * 16
-        padded = np.full((1, width), vocab.PAD, np.int32)
-        padded[0, : len(tokens)] = tokens
-        logits, value = fwd(graphdef, params, jnp.asarray(padded), len(tokens) - 1)
-        return np.asarray(logits), float(value)
-
-    return forward
 
 
 def _positions(sample_pgn) -> list[Game]:
@@ -81,7 +63,7 @@ def test_kl_searcher_builds_the_reference_tree_on_real_positions(tiny_model, sam
     puct = Searcher(tiny_model, SearchConfig(mode="search", mean_sims=SIMS, max_sims=SIMS)).run(
         games, 0
     )
-    forward = _forward(tiny_model)
+    forward = whole_sequence_forward(tiny_model)
     for i, game in enumerate(games):
         board = _board(game)
         legal = {vocab.encode_move(m.uci()) for m in board.legal_moves}
@@ -107,13 +89,15 @@ def test_kl_searcher_regularises_the_root_towards_a_separate_anchor(tiny_model, 
     root anchor (deeper nodes keep the searching model's prior)."""
     games = _positions(sample_pgn)
     config = SearchConfig(mode="search", mean_sims=SIMS, max_sims=SIMS, selection="kl")
-    other = _forward(AllieModel(ModelConfig.named("tiny", dropout=0.0), rngs=nnx.Rngs(11)))
+    other = whole_sequence_forward(
+        AllieModel(ModelConfig.named("tiny", dropout=0.0), rngs=nnx.Rngs(11))
+    )
     roots = [encode_game(g, partial=True).tokens.tolist() for g in games]
     anchor = np.stack([other(r)[0][: vocab.NUM_MOVES] for r in roots])
     searcher = Searcher(tiny_model, config)
     anchored = searcher.run(games, 0, anchor_logits=anchor)
     plain = searcher.run(games, 0)
-    forward = _forward(tiny_model)
+    forward = whole_sequence_forward(tiny_model)
     for i, game in enumerate(games):
         board = _board(game)
         evaluate = FullSequenceEvaluator(forward, roots[i], board.turn == chess.WHITE)

@@ -247,3 +247,31 @@ class FullSequenceEvaluator:
         logits, value_white = self.forward(tokens)
         white = self.white_to_move == (len(path) % 2 == 0)
         return np.asarray(logits)[: vocab.NUM_MOVES], float(value_white if white else -value_white)
+
+
+def whole_sequence_forward(model, multiple: int = 16) -> Callable[[Sequence[int]], tuple]:
+    """``FullSequenceEvaluator``'s ``forward`` for a decoder: the model on the whole token
+    sequence (padded to a multiple of ``multiple``, so few lengths compile), the last
+    position's policy logits and value. The released design's leaf call, for the oracle and the
+    benchmark's baseline alike."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    graphdef, params = nnx.split(model)
+
+    @functools.partial(jax.jit, static_argnames=("graphdef",))
+    def fwd(graphdef, params, tokens, last):
+        out = nnx.merge(graphdef, params)(tokens)
+        return out.policy_logits[0, last], out.value[0, last]
+
+    def forward(tokens: Sequence[int]) -> tuple[np.ndarray, float]:
+        n = len(tokens)
+        padded = np.full((1, -(-n // multiple) * multiple), vocab.PAD, np.int32)
+        padded[0, :n] = tokens
+        logits, value = fwd(graphdef, params, jnp.asarray(padded), n - 1)
+        return np.asarray(logits), float(value)
+
+    return forward
