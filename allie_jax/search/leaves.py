@@ -17,6 +17,7 @@ family's raw outputs into one (legal-masked logits, exact values at terminal nod
 
 from __future__ import annotations
 
+import abc
 import collections
 import dataclasses
 import functools
@@ -148,15 +149,15 @@ def move_root_outputs(move_logits: jax.Array, value_white: jax.Array) -> RootOut
 
 
 @dataclasses.dataclass(frozen=True)
-class PositionLeaves:
+class PositionLeaves(abc.ABC):
     """``Leaves`` of a family whose model reads the position (not the path): a node's payload
     holds its ``chess_jax`` state (and whatever else the family keeps per node), a new node is
     ``child``'s one rules step and one model call for every leaf row of the step, and the
     context has one row per game. A family writes ``root_eval`` and ``child``."""
 
+    @abc.abstractmethod
     def child(self, model: Any, node: Any, action: jax.Array, context: Any) -> NodeEval:
         """The NodeEval of the positions after ``action`` from ``node`` (one row per leaf)."""
-        raise NotImplementedError
 
     def make_expand(self, model: Any, context: Any, row_buckets: tuple[int, ...]) -> ExpandFn:
         batch = jax.tree.leaves(context)[0].shape[0]
@@ -203,7 +204,7 @@ class Roots(Protocol):
         """Drop whatever is kept between calls (the decoder's per-game cache)."""
 
 
-class PositionRoots:
+class PositionRoots(abc.ABC):
     """``Roots`` of a family whose model reads the position: games from the standard start (the
     Searcher replays their moves inside jit), a per-game ``context`` from the host, and a jitted
     root evaluation. A family gives ``leaves``, ``host_context`` and ``root_outputs``.
@@ -220,20 +221,20 @@ class PositionRoots:
         self.fixed_shapes = fixed_shapes
         self.stats: collections.Counter = collections.Counter()
 
+    @abc.abstractmethod
     def host_context(self, games: Sequence[Game], batch: int) -> tuple[np.ndarray, ...]:
         """Per-game host arrays (leading axis ``batch``; rows past ``games`` are padding)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def root_outputs(self, state: Any, legal: jax.Array, context: tuple) -> RootOutputs:
         """The roots' outputs (a jitted call on ``graphdef`` / ``params``)."""
-        raise NotImplementedError
 
     def games(self, games: Sequence[Game]) -> Sequence[Game]:
         """The games as the family reads them (the board model: Elo conditioning)."""
         return games
 
-    def forget(self) -> None:
-        pass
+    def forget(self) -> None:  # noqa: B027 (a hook: these families keep nothing between calls)
+        """Nothing is kept between calls: a position family has no per-game cache."""
 
     def replay_widths(self) -> tuple[int, ...]:
         """The decoder's cache widths (prefill imports this module, hence the late import)."""
