@@ -2,8 +2,9 @@
 reference with the same virtual-loss and collision rules, and K = 1 unchanged.
 
 The reference extends ``reference.ReferenceMCTS`` (python-chess trees, float64 statistics) with
-the documented rule of ``tree_search``: K selections per step, each seeing the earlier ones'
-pending visits as lost visits, then every new leaf evaluated, then the K backups in order; a
+the documented rules of ``tree_search``: K selections per step, each seeing the earlier ones'
+pending visits (as lost visits, ``virtual_loss="loss"``, or as visits in the exploration term
+only with Q unchanged, ``"visit"``), then every new leaf evaluated, then the K backups in order; a
 selection ending on an edge an earlier one of the same step already chose is a second visit of
 that edge's new node. Both sides evaluate leaves with the hash evaluator of
 test_search_reference, so any difference in the rules shows up as different visit counts.
@@ -38,17 +39,18 @@ def _expand(payloads, parent, path_nodes, path_len, action, num_active):
 
 
 class LeafBatchReference(ReferenceMCTS):
-    """``ReferenceMCTS`` taking ``k`` leaves per step under virtual loss (pending = lost)."""
+    """``ReferenceMCTS`` taking ``k`` leaves per step; ``rule`` "loss": a pending visit is a lost
+    visit; "visit": a pending visit counts in N(s) and N(s, a) only (lc0's in-flight visits)."""
 
-    def __init__(self, evaluate, *, k: int, **kwargs) -> None:
+    def __init__(self, evaluate, *, k: int, rule: str = "loss", **kwargs) -> None:
         super().__init__(evaluate, **kwargs)
-        self.k = k
+        self.k, self.rule = k, rule
 
     def _virtual_q(self, node: Node, move: int) -> float:
         child = node.children.get(move)
         visits = child.visits if child is not None else 0
         value_sum = child.value_sum if child is not None else 0.0
-        pending = self.pending_edge[(id(node), move)]
+        pending = self.pending_edge[(id(node), move)] if self.rule == "loss" else 0
         if visits + pending > 0:  # each pending visit is a win for the child's mover
             return -(value_sum + pending) / (visits + pending)
         return self.fpu if self.fpu_mode == "absolute" else node.value - self.fpu
@@ -135,14 +137,22 @@ def _positions():
     return boards, chess_jax.replay(jnp.asarray(ids), jnp.asarray(lengths))
 
 
-@pytest.mark.parametrize("k", [4, pytest.param(8, marks=pytest.mark.slow)])
-def test_leaf_batch_matches_python_reference(k):
+@pytest.mark.parametrize(
+    "k, rule",
+    [
+        (4, "loss"),
+        (4, "visit"),
+        pytest.param(8, "loss", marks=pytest.mark.slow),
+        pytest.param(8, "visit", marks=pytest.mark.slow),
+    ],
+)
+def test_leaf_batch_matches_python_reference(k, rule):
     budgets = np.array([24, 40, 9, 31], np.int32)  # not multiples of K: partial last steps
     c = np.array([1.25, 0.8, 2.0, 1.25], np.float32)
     max_path = 6  # small, so depth-capped revisits are exercised too
     boards, root_state = _positions()
     root_hash = jnp.arange(len(POSITIONS), dtype=jnp.uint32) * 1013 + 17
-    params = tree_search.SearchParams(19652.0, "reduction", 0.0, max_path)
+    params = tree_search.SearchParams(19652.0, "reduction", 0.0, max_path, virtual_loss=rule)
 
     @jax.jit
     def run(root_state, root_hash, budgets, c):
@@ -158,7 +168,9 @@ def test_leaf_batch_matches_python_reference(k):
     np.testing.assert_array_equal(visits.sum(-1), budgets)  # collisions still count
     np.testing.assert_array_equal(root_visits, budgets + 1)
     for b, board in enumerate(boards):
-        ref = LeafBatchReference(HashEvaluator(int(root_hash[b])), k=k, max_path=max_path)
+        ref = LeafBatchReference(
+            HashEvaluator(int(root_hash[b])), k=k, rule=rule, max_path=max_path
+        )
         root = ref.run_tree(board, int(budgets[b]), float(c[b]))
         expected = np.zeros(vocab.NUM_MOVES, np.int32)
         for move, child in root.children.items():
@@ -229,6 +241,34 @@ def test_virtual_loss_marks_the_pending_path_lost():
     np.testing.assert_array_equal(out.node_values, tree.node_values)  # FPU's V(parent) kept
     # an inactive game is untouched
     np.testing.assert_array_equal(out.children_visits[1], tree.children_visits[1])
+
+
+def test_virtual_visit_counts_the_pending_path_and_keeps_q():
+    """lc0's rule: the same visits as the virtual loss, no value moved; an unvisited chosen edge
+    keeps the FPU value V(parent) − fpu as its Q (stored as the child value −Q)."""
+    tree = _toy_tree(1, [5, 5, 5, 5])
+    b, fpu = 0, 0.3
+    path = jnp.zeros((4, 3), jnp.int32).at[:, 0].set(1)
+    depth = jnp.ones(4, jnp.int32)
+    legal = np.asarray(selection.legal_from_logits(tree.children_prior_logits[b, 1]))
+    unvisited = np.flatnonzero(legal & (np.asarray(tree.children_visits[b, 1]) == 0))
+    action = jnp.full(4, int(unvisited[0]), jnp.int32)
+    active = jnp.asarray([True, False, True, True])
+    args = (tree, path, depth, jnp.ones(4, jnp.int32), action, jnp.zeros(4, bool), active, 41)
+    out = tree_search.virtual_visit(*args, fpu_mode="reduction", fpu=fpu)
+    lost = tree_search.virtual_loss(*args)
+    for name in ("node_visits", "children_visits"):  # the same counts as the virtual loss
+        np.testing.assert_array_equal(getattr(out, name), getattr(lost, name), err_msg=name)
+    a = int(unvisited[0])
+    changed = np.argwhere(np.asarray(out.children_values != tree.children_values))
+    assert {(int(g), int(n), int(m)) for g, n, m in changed} <= {(g, 1, a) for g in (0, 2, 3)}
+    want = float(tree.node_values[b, 1]) - fpu  # the Q pUCT gave the edge (its FPU)
+    assert float(-out.children_values[b, 1, a]) == pytest.approx(want)
+    q_after = selection.completed_q(
+        jax.tree.map(lambda x: x[b], out), 1, fpu_mode="reduction", fpu=fpu
+    )
+    assert float(q_after[a]) == pytest.approx(want)  # now "visited", with the same Q
+    np.testing.assert_array_equal(out.node_values, tree.node_values)
 
 
 # ----------------------------------------------------------------------------- the model's leaves

@@ -29,6 +29,10 @@ LAMBDA_SCHEDULES = ("constant", "paper", "released")
 GUMBEL_TRANSFORMS = ("anchor", "mctx")
 FINAL_SUPPORTS = ("visited", "legal")
 SELECTIONS = ("puct", "kl")
+# what a step's pending leaves (leaf_batch > 1) change for its later selections (tree_search's
+# docstring): "loss" a lost visit (AlphaGo Zero), "visit" a visit in pUCT's exploration term only
+# (lc0's in-flight visits)
+VIRTUAL_LOSSES = ("loss", "visit")
 # The default human-anchor strength λ, in value units (Q ∈ [−1, 1]): the paper's λ_N at the mean
 # budget, c·sqrt(N)/(|A| + N) with c = 1.25, N = 50 and a typical |A| = 30 legal moves
 # (1.25·sqrt(50)/80 = 0.1105), so the constant default anchors as the paper's search did at N = 50.
@@ -103,6 +107,9 @@ class SearchConfig:
     # Leaves selected per game per search step under virtual loss and evaluated in one model call
     # (see search/tree_search.py); 1 is the plain one-leaf-per-step search.
     leaf_batch: int = 1
+    # How a step's pending leaves steer its later selections (K > 1 only; one of VIRTUAL_LOSSES):
+    # "loss" counts each as a lost visit, "visit" as a visit in the exploration term only.
+    virtual_loss: str = "loss"
 
     def __post_init__(self) -> None:
         _check_choice("mode", self.mode, MODES)
@@ -113,6 +120,7 @@ class SearchConfig:
         _check_choice("gumbel_transform", self.gumbel_transform, GUMBEL_TRANSFORMS)
         _check_choice("final_support", self.final_support, FINAL_SUPPORTS)
         _check_choice("selection", self.selection, SELECTIONS)
+        _check_choice("virtual_loss", self.virtual_loss, VIRTUAL_LOSSES)
         if self.selection == "kl" and self.gumbel:
             raise ValueError(
                 f"selection='kl' with mode={self.mode!r}: Gumbel modes select by sequential "

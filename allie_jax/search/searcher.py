@@ -313,7 +313,12 @@ class Searcher:
             leaves=self.roots.leaves,
             num_nodes=nodes,
             tree_params=tree_search.SearchParams(
-                cfg.c_base, cfg.fpu_mode, float(cfg.fpu), cfg.max_path, cfg.leaf_batch
+                cfg.c_base,
+                cfg.fpu_mode,
+                float(cfg.fpu),
+                cfg.max_path,
+                cfg.leaf_batch,
+                cfg.virtual_loss,
             ),
             # B·K leaf rows per step
             row_buckets=tuple(x * cfg.leaf_batch for x in row_buckets(batch, cfg.mode)),

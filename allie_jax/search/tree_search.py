@@ -32,13 +32,30 @@ adjacent; the payload store stays [B, N, ...]), then backs them up one after the
 Simulation ``sim`` is leaf ``sim % K`` of step ``sim // K`` and still creates node ``sim + 1``,
 so the tree needs the same ``budget + 1`` slots. The rules:
 
-- Virtual loss (AlphaGo Zero's / early lc0's): while a leaf is pending, every edge on its path,
-  the unexpanded edge itself included, counts one more visit that LOST for the player choosing
-  it, Q(s, a) ← (Q·N(s, a) − 1) / (N(s, a) + 1), and every node it chose at counts one more
-  visit N(s) (pUCT's exploration factor). The K selections of a step run one after another on
-  a copy of the statistics carrying the pending losses, so later ones spread over other
-  branches; the copy is dropped before the real backups. Node values (the FPU reduction's
-  V(parent)) are not touched.
+- Pending leaves (``virtual_loss``, one of ``VIRTUAL_LOSSES``): the K selections of a step run
+  one after another on a copy of the statistics carrying the earlier leaves of the step, so
+  later ones see them; the copy is dropped before the real backups. Node values (the FPU
+  reduction's V(parent)) are never touched. Two rules for what a pending leaf changes:
+
+  * ``"loss"`` (AlphaGo Zero's virtual loss, early lc0): every edge on its path, the unexpanded
+    edge itself included, counts one more visit that LOST for the player choosing it,
+    Q(s, a) ← (Q·N(s, a) − 1) / (N(s, a) + 1), and every node it chose at counts one more
+    visit N(s). Both Q and the exploration term push later selections elsewhere.
+  * ``"visit"`` (lc0's in-flight visits, "virtual visits": lc0's ``Node::n_in_flight_``, read
+    through ``GetNStarted() = N + N_in_flight``; its selection scores an edge
+    Q + c·sqrt(N(s))·P(s, a) / (1 + N(s, a) + N_in_flight(s, a)) with Q the real mean, or the
+    FPU value while N(s, a) = 0, so a pending visit changes only the exploration term; lc0's
+    sqrt reads the parent's real visits, here N(s) counts the pending ones as the "loss" rule
+    does, so the two rules differ only in Q): every edge on the path and
+    the unexpanded edge count one more visit in N(s, a), every choosing node one more in N(s),
+    and Q is left alone: a visited edge keeps its mean value, and an edge without a real visit
+    keeps the first-play value the selection gave it (the FPU value: V(parent) − fpu, or
+    ``fpu``; the mixed value for the KL and Gumbel selections), pinned in the copy when its first
+    pending visit arrives because the copy then counts it as visited. So
+    score = Q(s, a) + (log((N(s) + n(s) + c_base + 1) / c_base) + c) · sqrt(N(s) + n(s))
+    · P(s, a) / (1 + N(s, a) + n(s, a)), n the step's pending visits: only U spreads the leaves,
+    and a pending branch whose value is good is not made to look lost.
+
 - Collisions: a selection that ends on the same unexpanded edge as an earlier one of the same
   step does not create a second node: it counts as a second visit of the node the first one
   created and backs that node's value up again (as a revisit of a terminal node does), so every
@@ -50,6 +67,7 @@ With K = 1 the step is the one-leaf step above, unchanged (the parity tests cove
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -59,7 +77,8 @@ import jax.numpy as jnp
 import mctx
 
 from allie_jax import compat
-from allie_jax.search.selection import RAW_ROOT_LOGITS, make_puct_selection
+from allie_jax.search.config import VIRTUAL_LOSSES
+from allie_jax.search.selection import RAW_ROOT_LOGITS, completed_q, make_puct_selection
 from allie_jax.search.selection import log_prior as selection_log_prior
 
 Tree = mctx.Tree
@@ -91,6 +110,7 @@ class SearchParams(NamedTuple):
     fpu: float
     max_path: int
     leaf_batch: int = 1  # K: leaves per game per step (the module docstring)
+    virtual_loss: str = "loss"  # K > 1: one of VIRTUAL_LOSSES (the module docstring)
 
 
 def init_tree(
@@ -297,6 +317,12 @@ def run_simulations(
         leaf_batch = params.leaf_batch
     if leaf_batch < 1:
         raise ValueError(f"leaf_batch={leaf_batch} must be at least 1")
+    if params.virtual_loss not in VIRTUAL_LOSSES:
+        raise ValueError(
+            f"virtual_loss={params.virtual_loss!r}: expected one of {list(VIRTUAL_LOSSES)}"
+        )
+    # the first-play value the selection gives an unvisited edge (the "visit" rule keeps it)
+    first_play = (params.fpu_mode, params.fpu) if select_fn is None else ("mixed", 0.0)
     batch = tree.node_values.shape[0]
     brange = jnp.arange(batch)
     budgets = jnp.minimum(jnp.asarray(budgets, jnp.int32), num_nodes - 1)
@@ -354,10 +380,45 @@ def run_simulations(
     if leaf_batch == 1:
         return jax.lax.fori_loop(start, stop, body, tree)
     step = _leaf_batch_step(
-        expand_fn, budgets, start, stop, num_nodes, params, select_fn, log_prior, leaf_batch
+        expand_fn,
+        budgets,
+        start,
+        stop,
+        num_nodes,
+        params,
+        select_fn,
+        log_prior,
+        leaf_batch,
+        first_play,
     )
     k = leaf_batch
     return jax.lax.fori_loop(start // k, (stop + k - 1) // k, step, tree)
+
+
+def _pending_edges(
+    tree: Tree,
+    path: chex.Array,
+    path_len: chex.Array,
+    action: chex.Array,
+    revisit: chex.Array,
+    active: chex.Array,
+    num_nodes: int,
+) -> tuple[chex.Array, chex.Array, chex.Array]:
+    """The edges a pending leaf passes, as (node slot [B, P + 1], action [B, P + 1], brange).
+
+    Edges at depths 0 .. path_len − 1 lead along ``path``; the selected edge at depth path_len
+    follows unless the leaf is a ``revisit`` of a frozen node. Slots of other depths and of
+    inactive games are out of range (their writes drop).
+    """
+    batch, p = path.shape
+    brange = jnp.arange(batch)[:, None]
+    chain = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), path], axis=1)  # depth j node
+    after = jnp.concatenate([chain[:, 1:], chain[:, :1]], axis=1)  # the node at depth j + 1
+    j = jnp.arange(p + 1)[None, :]
+    depth = path_len[:, None]
+    act = jnp.where(j < depth, tree.action_from_parent[brange, after], action[:, None])
+    valid = active[:, None] & ((j < depth) | ((j == depth) & ~revisit[:, None]))
+    return jnp.where(valid, chain, num_nodes), act, brange
 
 
 def virtual_loss(
@@ -377,21 +438,53 @@ def virtual_loss(
     N(s, a) + 1 and a child value moved towards +1 (a win for the child's mover, so
     Q(s, a) = −V(child) moves towards −1 for the chooser); each choosing node gets N(s) + 1.
     """
-    batch, p = path.shape
-    brange = jnp.arange(batch)[:, None]
-    chain = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), path], axis=1)  # depth j node
-    after = jnp.concatenate([chain[:, 1:], chain[:, :1]], axis=1)  # the node at depth j + 1
-    j = jnp.arange(p + 1)[None, :]
-    depth = path_len[:, None]
-    act = jnp.where(j < depth, tree.action_from_parent[brange, after], action[:, None])
-    valid = active[:, None] & ((j < depth) | ((j == depth) & ~revisit[:, None]))
-    slot = jnp.where(valid, chain, num_nodes)  # out of range: dropped
+    del node  # the path's last node: ``path`` already names it
+    slot, act, brange = _pending_edges(tree, path, path_len, action, revisit, active, num_nodes)
+    chain = jnp.minimum(slot, num_nodes - 1)  # dropped slots read any node: never written
     n = tree.children_visits[brange, chain, act].astype(tree.children_values.dtype)
     lost = (tree.children_values[brange, chain, act] * n + 1.0) / (n + 1.0)
     return tree.replace(
         node_visits=tree.node_visits.at[brange, slot].add(1, mode="drop"),
         children_visits=tree.children_visits.at[brange, slot, act].add(1, mode="drop"),
         children_values=tree.children_values.at[brange, slot, act].set(lost, mode="drop"),
+    )
+
+
+def virtual_visit(
+    tree: Tree,
+    path: chex.Array,
+    path_len: chex.Array,
+    node: chex.Array,
+    action: chex.Array,
+    revisit: chex.Array,
+    active: chex.Array,
+    num_nodes: int,
+    *,
+    fpu_mode: str,
+    fpu: float,
+) -> Tree:
+    """One pending leaf per game as an in-flight visit (lc0's rule; batched tree).
+
+    The same edges and nodes as ``virtual_loss`` count one more visit (N(s, a) + 1, N(s) + 1),
+    but no value changes: a visited edge keeps its mean. The selected edge, if nothing has
+    visited it yet (no real visit, no earlier pending one), gets the child value that keeps
+    Q(s, a) = −V(child) at the first-play value the selection gave it
+    (``selection.completed_q`` with ``fpu_mode`` / ``fpu``), since from now on the statistics
+    count it as visited and would read its stored value instead.
+    """
+    slot, act, brange = _pending_edges(tree, path, path_len, action, revisit, active, num_nodes)
+    b = brange[:, 0]
+    first_q = jax.vmap(
+        lambda t, s, a: completed_q(t, s, fpu_mode=fpu_mode, fpu=fpu)[a], in_axes=(0, 0, 0)
+    )(tree, node, action)
+    unseen = active & ~revisit & (tree.children_visits[b, node, action] == 0)
+    pin = jnp.where(unseen, node, num_nodes)  # out of range: dropped
+    return tree.replace(
+        node_visits=tree.node_visits.at[brange, slot].add(1, mode="drop"),
+        children_visits=tree.children_visits.at[brange, slot, act].add(1, mode="drop"),
+        children_values=tree.children_values.at[b, pin, action].set(
+            -first_q.astype(tree.children_values.dtype), mode="drop"
+        ),
     )
 
 
@@ -405,8 +498,13 @@ def _leaf_batch_step(
     select_fn: SelectFn,
     log_prior: bool,
     k: int,
+    first_play: tuple[str, float],
 ):
-    """The loop body of ``run_simulations`` for K > 1 leaves per game (module docstring)."""
+    """The loop body of ``run_simulations`` for K > 1 leaves per game (module docstring).
+
+    ``first_play``: the (fpu_mode, fpu) completion the selection gives unvisited edges, which
+    the ``"visit"`` rule keeps as a pending edge's Q.
+    """
     batch = budgets.shape[0]
     brange = jnp.arange(batch)
     rows = jnp.arange(batch * k)
@@ -414,6 +512,10 @@ def _leaf_batch_step(
     simulate = jax.vmap(_simulate, in_axes=(0, None, 0))
     paths = jax.vmap(_path_nodes, in_axes=(0, 0, 0, None))
     out = jnp.int32(num_nodes)  # out-of-range slot: writes are dropped
+    if params.virtual_loss == "visit":
+        pend = functools.partial(virtual_visit, fpu_mode=first_play[0], fpu=first_play[1])
+    else:
+        pend = virtual_loss
 
     def step(s, tree: Tree) -> Tree:
         sims = s * k + leaves  # [K]: simulation index of each leaf
@@ -431,9 +533,7 @@ def _leaf_batch_step(
             )
             node, action, revisit = simulate(virtual, select_fn, emb["frozen"])
             path, path_len = paths(tree.parents, emb["depth"], node, params.max_path)
-            virtual = virtual_loss(
-                virtual, path, path_len, node, action, revisit, active[:, j], num_nodes
-            )
+            virtual = pend(virtual, path, path_len, node, action, revisit, active[:, j], num_nodes)
             picked = jax.tree.map(
                 lambda acc, x: acc.at[:, j].set(x), picked, (node, action, revisit, path, path_len)
             )
