@@ -23,12 +23,17 @@ from allie_jax.engine.uci import (
 )
 from allie_jax.game import Game
 from allie_jax.model import AllieModel, ModelConfig
+from allie_jax.modes import MODES
+from allie_jax.player import PlayerBase
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class ScriptedAllie:
-    """A stand-in for Allie: first legal move, a fixed think time, records what it was asked."""
+class ScriptedAllie(PlayerBase):
+    """A stand-in for Allie: first legal move, a fixed think time, records what it was asked
+    (a board-reading ``Player`` with ``PlayerBase``'s defaults: no warm-up, no FEN history)."""
+
+    modes = MODES
 
     def __init__(self, think_time_s: float = 0.0, resign: bool = False):
         self.think_time_s = think_time_s

@@ -31,7 +31,7 @@ from allie_jax.baselines.maia import MaiaSet, load_maia, nearest_rating
 from allie_jax.baselines.maia_search import MaiaSearchConfig, maia_searcher
 from allie_jax.game import Game
 from allie_jax.modes import modes_for
-from allie_jax.player import Decision
+from allie_jax.player import Decision, PlayerBase, Prediction
 from allie_jax.search.config import SearchConfig, check_fields
 from allie_jax.search.searcher import Searcher, SearchOutput
 
@@ -244,11 +244,13 @@ def maia_anchor_logits(maia: MaiaSet, games: Sequence[Game], elo: int | None = N
     return out
 
 
-class MaiaEngine:
-    """``Allie.play``-shaped front for the match runner: ``play(games, preset, rng)``.
+class MaiaEngine(PlayerBase):
+    """Maia as a ``player.Player`` for the match runner and the product's Python API.
 
     Each game is answered by the network nearest the mover's own header rating (the match writes
-    the spec's Elo there, or the opponent's when the spec says ``auto``).
+    the spec's Elo there, or the opponent's when the spec says ``auto``). Maia reads boards and
+    loads its networks on first use: ``PlayerBase``'s defaults stand for the FEN history, the
+    board model beside it, the warm-up and the fixed shapes.
     """
 
     modes = modes_for(think_time=False)  # Maia has no think-time head: no adaptive mode
@@ -257,6 +259,23 @@ class MaiaEngine:
         self.maia_dir = maia_dir
         self.player_kwargs = player_kwargs
         self._players: dict[tuple, MaiaPlayer] = {}
+        self._maia: MaiaSet | None = None  # ``predict``'s networks, loaded on first use
+
+    def predict(
+        self, games: Sequence[Game], *, start_fens: Sequence[str | None] | None = None
+    ) -> list[Prediction]:
+        """Maia's softmax over the legal moves and its W−L (White's view), each game from the
+        network ``play`` would use (nearest the mover's own rating)."""
+        if self._maia is None:
+            self._maia = MaiaSet(self.maia_dir)
+        maia = self._maia
+
+        def own(g: Game) -> int:
+            return nearest_rating(
+                (g.white_elo if len(g.moves) % 2 == 0 else g.black_elo) or 1500, maia.ratings
+            )
+
+        return maia_predictions(maia, games, start_fens, own)
 
     def play(
         self,
@@ -290,3 +309,60 @@ class MaiaEngine:
             for i, d in zip(rows, decisions, strict=True):
                 out[i] = d
         return out  # type: ignore[return-value]
+
+
+def maia_predictions(
+    maia: MaiaSet,
+    games: Sequence[Game],
+    start_fens: Sequence[str | None] | None,
+    rating_for: Callable[[Game], int],
+) -> list[Prediction]:
+    """Maia's softmax over the legal moves and its W−L (White's view) for each game (from
+    ``start_fens[i]`` when given: the missing history is filled as lc0 does), each from the
+    network ``rating_for(game)`` names; a game with no legal move gets its result as the value."""
+    from allie_jax.baselines.eval_systems import vocab_policy
+
+    fens = list(start_fens) if start_fens is not None else [None] * len(games)
+    out: list[Prediction | None] = [None] * len(games)
+    live: dict[int, list[int]] = {}
+    boards: dict[int, chess.Board] = {}
+    for i, g in enumerate(games):
+        board = chess.Board(fens[i]) if fens[i] else chess.Board()
+        for uci in g.moves:
+            board.push_uci(uci)
+        boards[i] = board
+        if not any(board.legal_moves):
+            out[i] = _terminal(board)
+        else:
+            live.setdefault(rating_for(g), []).append(i)
+    for rating, rows in sorted(live.items()):
+        encoders = []
+        for i in rows:
+            start = chess.Board(fens[i]) if fens[i] else None
+            encoders.append(GameEncoder(games[i].moves, start))
+        planes = np.stack(
+            [e.encode(len(games[i].moves)) for e, i in zip(encoders, rows, strict=True)]
+        )
+        pol, wdl = maia.predictor(rating)(planes)
+        for j, i in enumerate(rows):
+            board, ply = boards[i], len(games[i].moves)
+            ids = np.array([vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves], np.int32)
+            black = board.turn == chess.BLACK
+            probs = vocab_policy(pol[j], black, encoders[j].king_home[ply], ids)
+            p = np.asarray(probs, np.float64)[ids]
+            p = p / p.sum()
+            value = float(wdl[j, 0] - wdl[j, 2])
+            out[i] = Prediction(
+                move_probs={vocab.MOVES[int(m)]: float(q) for m, q in zip(ids, p, strict=True)},
+                think_time_s=0.0,
+                value_white=value if not black else -value,
+                resign=False,
+            )
+    return out  # type: ignore[return-value]
+
+
+def _terminal(board: chess.Board) -> Prediction:
+    """No legal move (mate or stalemate): the result as the value, no moves."""
+    outcome = board.outcome(claim_draw=False)
+    value = 0.0 if outcome is None or outcome.winner is None else (1.0 if outcome.winner else -1.0)
+    return Prediction(move_probs={}, think_time_s=0.0, value_white=value, resign=False)

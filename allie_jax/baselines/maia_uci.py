@@ -1,9 +1,9 @@
 """Maia behind the UCI handler: ``python -m launch.uci --checkpoint maia:DIR[:preset[:elo]]``.
 
-``allie_jax.engine.uci.UciHandler`` drives an ``Allie``-shaped object: ``play([game], preset, rng,
-start_fens=..., <clock kwargs>, **overrides)``, ``predict([game], start_fens=...)`` and
-``root_prior(game, fen)`` (MultiPV, the fallback). ``MaiaUciEngine`` answers them with
-``MaiaPlayer``:
+``allie_jax.engine.uci.UciHandler`` drives a ``player.Player``: ``play([game], preset, rng,
+start_fens=..., <clock kwargs>, **overrides)``, ``predict([game], start_fens=...)``,
+``root_prior(game, fen)`` (MultiPV, the fallback) and ``warmup``. ``MaiaUciEngine`` answers them
+with ``MaiaPlayer``:
 
 - the spec's preset is the default; a UCI ``Mode`` that is not a Maia preset (``adaptive``,
   ``greedy``, ...) plays the spec's preset, a Maia one (``policy``/``search``/``gumbel``) plays it;
@@ -28,10 +28,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from allie_jax.modes import modes_for
+from allie_jax.player import PlayerBase, Prediction
 
 if TYPE_CHECKING:
-    import chess
-
     from allie_jax.game import Game
 
 MAIA_PRESETS = modes_for(think_time=False)  # Maia has no think-time head: no adaptive mode
@@ -58,19 +57,9 @@ def spec_error(spec: str) -> str | None:
     return None
 
 
-def _board(game: Game, fen: str | None) -> chess.Board:
-    import chess
-
-    board = chess.Board(fen) if fen else chess.Board()
-    for uci in game.moves:
-        board.push_uci(uci)
-    return board
-
-
-class MaiaUciEngine:
-    """``Allie``-shaped Maia for ``run_uci`` (see the module docstring)."""
-
-    reads_boards = True  # no history search: a FEN is read directly
+class MaiaUciEngine(PlayerBase):
+    """Maia as a ``player.Player`` for ``run_uci`` (see the module docstring); it reads boards,
+    so a FEN is played directly (``PlayerBase``'s ``reads_boards``, no history search)."""
 
     def __init__(self, spec: Any, **player_kwargs: Any) -> None:
         from allie_jax.baselines.maia_player import MaiaPlayer
@@ -138,7 +127,7 @@ class MaiaUciEngine:
         import numpy as np
 
         from allie_jax import vocab
-        from allie_jax.engine.api import Decision
+        from allie_jax.player import Decision
         from allie_jax.search import decision
 
         pred = self.predict([game], start_fens=[fen])[0]
@@ -186,7 +175,7 @@ class MaiaUciEngine:
         self.play([Game(moves=[], white_elo=1500, black_elo=1500)], preset, 0, start_fens=[fen])
         return 3
 
-    def root_prior(self, game: Game, fen: str | None = None) -> Any:
+    def root_prior(self, game: Game, fen: str | None = None) -> Prediction:
         """``predict`` for one game, cached (the UCI handler's fallback and MultiPV)."""
         key = (game.white_elo, game.black_elo, tuple(game.moves), fen)
         hit = self._priors.get(key)
@@ -198,61 +187,14 @@ class MaiaUciEngine:
         return hit
 
     def predict(
-        self, games: Sequence[Game], start_fens: Sequence[str | None] | None = None
-    ) -> list[Any]:
-        """Maia's softmax over the legal moves and its W−L (White's view) for each game."""
-        import chess
-        import numpy as np
+        self, games: Sequence[Game], *, start_fens: Sequence[str | None] | None = None
+    ) -> list[Prediction]:
+        """Maia's softmax over the legal moves and its W−L (White's view) for each game, from
+        the network the spec's preset plays (``maia_player.maia_predictions``)."""
+        from allie_jax.baselines.maia_player import maia_predictions
 
-        from allie_jax import vocab
-        from allie_jax.baselines.eval_systems import vocab_policy
-        from allie_jax.baselines.lc0_planes import GameEncoder
-        from allie_jax.engine.api import Prediction
-
-        fens = list(start_fens) if start_fens is not None else [None] * len(games)
         player = self._players[self.spec.preset]
-        out: list[Any] = [None] * len(games)
-        live: dict[int, list[int]] = {}
-        for i, g in enumerate(games):
-            board = _board(g, fens[i])
-            if not any(board.legal_moves):
-                out[i] = _terminal(board)
-            else:
-                live.setdefault(player.rating_for(g), []).append(i)
-        for rating, rows in sorted(live.items()):
-            encoders, boards = [], []
-            for i in rows:
-                start = chess.Board(fens[i]) if fens[i] else None
-                encoders.append(GameEncoder(games[i].moves, start))
-                boards.append(_board(games[i], fens[i]))
-            planes = np.stack(
-                [e.encode(len(games[i].moves)) for e, i in zip(encoders, rows, strict=True)]
-            )
-            pol, wdl = player.maia.predictor(rating)(planes)
-            for j, i in enumerate(rows):
-                board, ply = boards[j], len(games[i].moves)
-                ids = np.array([vocab.MOVE_TO_ID[m.uci()] for m in board.legal_moves], np.int32)
-                black = board.turn == chess.BLACK
-                probs = vocab_policy(pol[j], black, encoders[j].king_home[ply], ids)
-                p = np.asarray(probs, np.float64)[ids]
-                p = p / p.sum()
-                value = float(wdl[j, 0] - wdl[j, 2])
-                out[i] = Prediction(
-                    move_probs={vocab.MOVES[int(m)]: float(q) for m, q in zip(ids, p, strict=True)},
-                    think_time_s=0.0,
-                    value_white=value if not black else -value,
-                    resign=False,
-                )
-        return out
-
-
-def _terminal(board: chess.Board) -> Any:
-    """No legal move (mate or stalemate): the result as the value, no moves."""
-    from allie_jax.engine.api import Prediction
-
-    outcome = board.outcome(claim_draw=False)
-    value = 0.0 if outcome is None or outcome.winner is None else (1.0 if outcome.winner else -1.0)
-    return Prediction(move_probs={}, think_time_s=0.0, value_white=value, resign=False)
+        return maia_predictions(player.maia, games, start_fens, player.rating_for)
 
 
 def load_maia_uci(spec: str) -> MaiaUciEngine:

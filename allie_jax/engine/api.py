@@ -64,20 +64,7 @@ _LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512)
 _ENGINE_LENGTHS = (64, 128, 256)
 
 
-@dataclasses.dataclass(frozen=True)
-class Prediction:
-    """The model's view of the position after ``game.moves``.
-
-    ``move_probs`` is the softmax over legal moves only; ``resign`` is the paper's rule (the
-    termination token's logit beats every legal move and the mover's value is below −0.9).
-    """
-
-    move_probs: dict[str, float]
-    think_time_s: float
-    value_white: float
-    resign: bool
-
-
+Prediction = player.Prediction  # the one Prediction type (allie_jax/player.py)
 Decision = player.Decision  # the one Decision type (allie_jax/player.py)
 
 
@@ -144,12 +131,12 @@ class _Forward:
     real position) and the shapes are bucketed, so a match compiles a handful of programs.
     """
 
+    reads_boards = False  # the decoder reads the game's tokens (``raw`` ignores the boards)
+
     def __init__(self, model: Any) -> None:
         from flax import nnx
 
-        self.max_len = min(
-            vocab.MAX_SEQ_LEN, getattr(getattr(model, "config", None), "max_len", 512)
-        )
+        self.max_len = min(vocab.MAX_SEQ_LEN, model.config.max_len)
         self.lengths = tuple(b for b in _LENGTH_BUCKETS if b < self.max_len) + (self.max_len,)
         self._graphdef, self._state = nnx.split(model)
 
@@ -167,13 +154,21 @@ class _Forward:
         )
         return np.asarray(logits)[:n], np.asarray(time)[:n], np.asarray(value)[:n]
 
+    def raw(
+        self, games: Sequence[Game], boards: Sequence[chess.Board]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Logits over the vocabulary, think time and value at each game's last position, from
+        the games' tokens (``BoardForward.raw`` reads the boards instead)."""
+        del boards
+        return self([game_tokens(g, self.max_len) for g in games])
+
     def fix_shapes(self) -> None:
         """Pad to ``_ENGINE_LENGTHS`` or the whole context only (a closed set to compile)."""
         self.lengths = tuple(b for b in _ENGINE_LENGTHS if b < self.max_len) + (self.max_len,)
 
 
-class Allie:
-    """A loaded model plus the machinery to answer batches of games.
+class Allie(player.PlayerBase):
+    """A loaded model plus the machinery to answer batches of games (a ``player.Player``).
 
     ``fixed_shapes`` (set by ``warmup``) makes every Searcher compile a closed set of shapes
     (see ``Searcher``), which ``warmup`` then compiles ahead of the first move.
@@ -205,9 +200,9 @@ class Allie:
         self._searchers: dict[Any, Any] = {}
         self._priors: collections.OrderedDict[Any, Prediction] = collections.OrderedDict()
         self.fixed_shapes = fixed_shapes
-        # an Allie-shaped player that reads boards (Maia, the board family), for positions
-        # given as a FEN with no history this model can read
-        self.fen_model: Any = None
+        # a player that reads boards (Maia, the board family), for positions given as a FEN
+        # with no history this model can read
+        self.fen_model: player.Player | None = None
         # ``warmup`` returns once the shapes of games up to the shortest cache width are
         # compiled, and compiles those only long games meet in a background thread
         # (``long_warmup``): a GUI waits for ``readyok``, a game reaches ~120 plies much later
@@ -282,20 +277,20 @@ class Allie:
         _play_keys(0)
         calls = 1
         searcher = self._searcher(config)
-        roots = getattr(searcher, "roots", None)
+        roots = searcher.roots
         long_widths: tuple[int, ...] = ()
         lengths = self._forward.lengths
-        if self.defer_long_shapes and hasattr(roots, "warm_widths"):
+        # only the decoder's roots (``prefill.DecoderRoots``) compile per cache width
+        if self.defer_long_shapes and not self.reads_boards:
             max_len = self.model.config.max_len
             widths = tuple(w for w in roots.replay_widths() if w <= max_len)
             long_widths = widths[1:]
             lengths = lengths[:-1] if len(lengths) > 1 else lengths
             roots.warm_widths = widths[:1]
         try:
-            if hasattr(searcher, "warmup"):
-                calls += searcher.warmup(batch_size)
+            calls += searcher.warmup(batch_size)
         finally:
-            if roots is not None and long_widths:
+            if long_widths:
                 roots.warm_widths = None
         batch = decision.next_pow2(batch_size)
         for length in lengths:
@@ -362,17 +357,13 @@ class Allie:
         (a move that reuses its game's KV cache adds only the new plies' tokens)."""
         total: collections.Counter = collections.Counter()
         for searcher in self._searchers.values():
-            total.update(getattr(searcher, "stats", {}))
+            total.update(searcher.stats)
         return total
 
     # ------------------------------------------------------------------ predict
 
     def _raw(self, games: Sequence[Game], boards: Sequence[chess.Board]):
-        if hasattr(self._forward, "raw"):  # board family: it reads the boards
-            return self._forward.raw(games, boards)
-        rows = [game_tokens(g, self._forward.max_len) for g in games]
-        logits, time, value = self._forward(rows)
-        return logits, time, value
+        return self._forward.raw(games, boards)
 
     def predict(
         self, games: Sequence[Game], *, start_fens: Sequence[str | None] | None = None
@@ -419,7 +410,7 @@ class Allie:
     @property
     def reads_boards(self) -> bool:
         """True for the board family: it reads the position itself, so any FEN is fine."""
-        return hasattr(self._forward, "raw")
+        return self._forward.reads_boards
 
     def root_prior(self, game: Game, start_fen: str | None = None) -> Prediction:
         """The model's policy, think time and value at the game's root: one forward, cached.
@@ -614,17 +605,13 @@ class Allie:
             if clock.get(name) is None:
                 clock.pop(name, None)
         out = searcher.run(games, key, **clock)
-        lam = getattr(out, "effective_lambda", None)  # the board family's searcher has none
+        lam = out.effective_lambda  # None: the search reports no λ
         decisions = []
         for i in range(len(games)):
             pol = np.asarray(out.policy[i])
             ids = np.nonzero(pol > 0)[0]
-            counts = getattr(out, "visit_counts", None)
-            visits = {}
-            if counts is not None:
-                row = np.asarray(counts[i])
-                visits = {vocab.MOVES[j]: int(row[j]) for j in np.nonzero(row > 0)[0]}
-            sv = getattr(out, "search_value", None)
+            row = np.asarray(out.visit_counts[i])
+            visits = {vocab.MOVES[j]: int(row[j]) for j in np.nonzero(row > 0)[0]}
             sims = int(out.num_sims[i])
             decisions.append(
                 Decision(
@@ -636,7 +623,7 @@ class Allie:
                     policy={vocab.MOVES[j]: float(pol[j]) for j in ids},
                     effective_lambda=math.nan if lam is None else float(lam[i]),
                     path="search" if sims > 0 else "prior",
-                    search_value=math.nan if sv is None or sims == 0 else float(sv[i]),
+                    search_value=math.nan if sims == 0 else float(out.search_value[i]),
                     visits=visits,
                 )
             )

@@ -29,6 +29,7 @@ from flax import nnx
 from allie_jax import aot, chess_jax, vocab
 from allie_jax.data import board_features, board_features_jax
 from allie_jax.game import Game, normalize_think_time
+from allie_jax.model.board_transformer import BoardTransformer
 from allie_jax.search import decision, leaves
 from allie_jax.search.config import ADAPTIVE_MODES, SearchConfig
 from allie_jax.search.searcher import Searcher, SearchOutput
@@ -38,7 +39,9 @@ NO_TOKEN = leaves.NO_TOKEN  # log-prob of the non-move tokens (time controls, te
 
 
 def is_board_model(model: Any) -> bool:
-    return getattr(getattr(model, "config", None), "family", None) == "board"
+    """Whether ``model`` (any object: a caller's checkpoint may be anything) is the board
+    family's model."""
+    return isinstance(model, BoardTransformer)
 
 
 def _pow2(n: int) -> int:
@@ -49,6 +52,7 @@ class BoardForward:
     """A jitted forward over batches of boards (batch sizes bucketed to powers of two)."""
 
     max_len = 1 << 30  # no context limit: the model reads the board
+    reads_boards = True  # ``raw`` reads the boards (the decoder's forward reads the games)
     lengths: tuple[int, ...] = ()  # no token lengths to warm: one board shape per batch bucket
 
     def fix_shapes(self) -> None:

@@ -332,7 +332,7 @@ def run_match(
         if is_batched(spec) and (spec.kind, spec.checkpoint) not in allies:
             load = allie_loader if spec.kind == "allie" else PLAYER_KINDS[spec.kind].load
             player = load(spec.checkpoint)
-            if _fixes_shapes(cfg, spec) and hasattr(player, "fix_shapes"):
+            if _fixes_shapes(cfg, spec):
                 player.fix_shapes()
             allies[(spec.kind, spec.checkpoint)] = player
     run_id = uuid.uuid4().hex[:8]
@@ -418,7 +418,7 @@ def run_match(
                     # the same measure as a UCI engine's: the wall time that passes
                     ply = len(g.board.move_stack)
                     _apply(g, chess.Move.from_uci(d.move), max(spent, call_s), cfg)
-                    lam = getattr(d, "effective_lambda", math.nan)
+                    lam = d.effective_lambda
                     if len(g.board.move_stack) > ply and math.isfinite(lam):
                         g.lambdas[ply] = lam
             # UCI engines: in parallel, one process per game slot

@@ -66,8 +66,8 @@ from allie_jax.modes import MODES, SEARCH_MODES
 if TYPE_CHECKING:
     import chess
 
-    from allie_jax.engine.api import Allie, Decision, Prediction
     from allie_jax.game import Game
+    from allie_jax.player import Decision, Player, Prediction
 
 PRESETS = MODES  # the play modes (allie_jax.modes: standard library only, so uciok stays quick)
 LAMBDA_SCHEDULES = ("constant", "paper", "released")
@@ -374,7 +374,7 @@ class UciHandler:
 
     def __init__(
         self,
-        loader: Callable[[], Allie],
+        loader: Callable[[], Player],
         write: Callable[[str], None],
         *,
         warmup: bool = True,
@@ -383,7 +383,7 @@ class UciHandler:
         self._write_raw = write
         self._warmup = warmup
         self._out_lock = threading.Lock()
-        self._allie: Allie | None = None
+        self._allie: Player | None = None
         self._load_error: str | None = None
         self._load_thread: threading.Thread | None = None
         self._think_thread: threading.Thread | None = None
@@ -434,11 +434,11 @@ class UciHandler:
             self._allie = None
             self._load_error = f"{type(exc).__name__}: {exc}"
 
-    def _ensure_warm(self, allie: Allie) -> None:
+    def _ensure_warm(self, allie: Player) -> None:
         """Compile every shape the current options can meet (once per distinct setting)."""
         preset, overrides = self._play_settings()
         key = repr((preset, sorted(overrides.items())))
-        if key in self._warm or not hasattr(allie, "warmup"):
+        if key in self._warm:
             return
         t = time.monotonic()
         with self._model_lock:
@@ -446,7 +446,7 @@ class UciHandler:
         self._warm.add(key)
         self.warmup_s = time.monotonic() - t
 
-    def _wait_model(self) -> Allie | None:
+    def _wait_model(self) -> Player | None:
         self._start_loading()
         assert self._load_thread is not None
         self._load_thread.join()
@@ -762,14 +762,14 @@ class UciHandler:
             game_id=self._game_id,
         )
 
-    def _history(self, allie: Allie, go: _Go) -> tuple[Game, str | None, str]:
+    def _history(self, allie: Player, go: _Go) -> tuple[Game, str | None, str]:
         """The game to play from the standard start when the FEN's history is found (waiting
         for its search at most half the move's limit), else the game and its FEN unchanged,
         with the line to say about it."""
         from allie_jax.engine import fen_history
 
         fen = go.pos.start_fen
-        if fen is None or getattr(allie, "reads_boards", True) or not hasattr(allie, "history_for"):
+        if fen is None or allie.reads_boards:
             return go.game, fen, ""
         self._search_history(fen)
         thread = self._histories.get(fen)
@@ -781,7 +781,7 @@ class UciHandler:
             why = found.why if found is not None else "its history search is still running"
             then = (
                 "the board model (--fen_model) reads it"
-                if getattr(allie, "fen_model", None) is not None
+                if allie.fen_model is not None
                 else "no board model (--fen_model): playing the fallback, the model's prior "
                 "from the moves after the FEN (a position it cannot read)"
             )
@@ -815,8 +815,8 @@ class UciHandler:
                     return  # answered meanwhile (stop, time limit): nothing left to do
                 try:
                     # an unread FEN with a board model: that model's prior is the fallback
-                    reader = getattr(allie, "fen_model", None) if fen is not None else None
-                    reads = getattr(allie, "reads_boards", True)
+                    reader = allie.fen_model if fen is not None else None
+                    reads = allie.reads_boards
                     go.prior = root_prior(allie if reads or reader is None else reader, game, fen)
                 finally:
                     go.prior_ready.set()
@@ -857,7 +857,7 @@ class UciHandler:
         if deadline is not None:
             self.reserve.observe(time.monotonic() - deadline)
 
-    def _expected_reply(self, allie: Allie, game: Game, fen: str | None, move: str) -> str | None:
+    def _expected_reply(self, allie: Player, game: Game, fen: str | None, move: str) -> str | None:
         """The reply the model expects (its prior's most likely move), for ``bestmove ...
         ponder``; None when the move ends the game or the clock has no time for it."""
         board = replay_board_light(game, fen)
@@ -907,7 +907,7 @@ class UciHandler:
             self.send(" ".join(parts))
 
     def _decide(
-        self, allie: Allie, go: _Go, game: Game, fen: str | None
+        self, allie: Player, go: _Go, game: Game, fen: str | None
     ) -> tuple[Decision, list[tuple[str, float]]]:
         from allie_jax.engine.api import temper
 
@@ -933,7 +933,7 @@ class UciHandler:
             decision = self._policy_move(go)
         else:
             kwargs = {"start_fens": [fen]}
-            if fen is not None and hasattr(allie, "history_for"):
+            if fen is not None and not allie.reads_boards:
                 kwargs["find_histories"] = False  # looked for already (``_history``)
             decision = allie.play([game], preset, rng, **kwargs, **clock, **overrides)[0]
             decision = temper(decision, o.temperature, rng)
@@ -1000,7 +1000,7 @@ class UciHandler:
             shown = count if i > 1 and count else nodes
             parts.append(f"nodes {shown} nps {nps} time {ms} pv {move}")
             self.send(" ".join(parts))
-        lam = getattr(d, "effective_lambda", math.nan)
+        lam = d.effective_lambda
         self.send(
             f"info string move {d.move} path {d.path} think_time {d.think_time_s:.2f}s "
             f"value_white {d.value:.3f} p_best {d.policy.get(d.move, 0.0):.3f} sims {d.sims}"
@@ -1010,12 +1010,9 @@ class UciHandler:
         )
 
 
-def root_prior(allie: Any, game: Game, fen: str | None) -> Prediction:
-    """The player's cached root prior (``Allie.root_prior``), or its ``predict`` for players
-    without one."""
-    if hasattr(allie, "root_prior"):
-        return allie.root_prior(game, fen)
-    return allie.predict([game], start_fens=[fen])[0]
+def root_prior(allie: Player, game: Game, fen: str | None) -> Prediction:
+    """The player's root prior (``Player.root_prior``: cached where the family caches it)."""
+    return allie.root_prior(game, fen)
 
 
 def replay_board_light(game: Game, fen: str | None) -> chess.Board:
@@ -1029,7 +1026,7 @@ def replay_board_light(game: Game, fen: str | None) -> chess.Board:
 
 
 def run_uci(
-    loader: Callable[[], Allie], stdin: TextIO | None = None, stdout: TextIO | None = None
+    loader: Callable[[], Player], stdin: TextIO | None = None, stdout: TextIO | None = None
 ) -> int:
     """Read commands until ``quit`` or EOF; exit status 0 either way."""
     stdin = stdin or sys.stdin

@@ -255,7 +255,7 @@ def score_chunk(
         asked = Positions(kept, gps, pos.game[rows], pos.ply[rows], seed=chunk_index)
         t = time.perf_counter()
         with _progress(len(asked), system.name, progress and system.subsample, unit="pos") as bar:
-            if system.subsample and hasattr(system, "on_batch"):
+            if system.subsample:
                 system.on_batch = bar.update
             got = system.score(asked) if len(asked) else Scores.empty(0, top_k)
         key = f"{system.name}_s" if system.subsample else f"{system.name}_pass_s"
@@ -342,7 +342,7 @@ def _job_settings(cfg: EvalConfig, model, games_digest: str, systems, num_shards
             "checkpoint": model_digest(model),
             "games_file": games_digest,
             "config": config,
-            "model": dataclasses.asdict(model.config) if hasattr(model, "config") else None,
+            "model": dataclasses.asdict(model.config) if model is not None else None,
             "systems": list(cfg.systems),
             "record_systems": [s.name for s in systems],
             "system_info": info,

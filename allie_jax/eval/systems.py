@@ -190,11 +190,14 @@ class System(Protocol):
     ``subsample``: True for expensive systems (search) that score only the protocol's search
     positions (``--search_positions``); False for systems that score every position.
     ``info``: JSON-able facts the report shows next to the system (e.g. ``{"elo": 2500}``).
+    ``on_batch``: called with the number of positions each scored batch held (the evaluator's
+    progress bar sets it on subsample systems); None: nobody listens.
     """
 
     name: str
     subsample: bool
     info: Mapping[str, Any]
+    on_batch: Callable[[int], None] | None
 
     def score(self, positions: Positions) -> Scores: ...
 
@@ -378,6 +381,7 @@ class StockfishSystem:
         self.path = path
         self.nodes = nodes
         self.info = {"nodes": nodes}
+        self.on_batch: Callable[[int], None] | None = None
 
     def score(self, positions: Positions) -> Scores:
         import chess
@@ -399,6 +403,8 @@ class StockfishSystem:
                 out.top_legal[p] = True
                 out.invalid_mass[p] = 0.0
                 out.scored[p] = True
+                if self.on_batch is not None:
+                    self.on_batch(1)
         return out
 
 
