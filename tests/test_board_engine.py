@@ -104,11 +104,13 @@ def test_board_search_builds_the_reference_tree_on_real_positions(board_dir, sam
         assert out.num_sims[i] == 12 and not out.resign[i]
 
 
-@pytest.mark.slow  # compiles the board search with 4 leaves per step
-def test_board_leaf_batch_builds_the_virtual_loss_reference_tree(board_dir, sample_pgn):
+@pytest.mark.slow  # compiles the board search with 4 leaves per step (once per rule)
+@pytest.mark.parametrize("rule", ["loss", "visit"])
+def test_board_leaf_batch_builds_the_virtual_loss_reference_tree(board_dir, sample_pgn, rule):
     """With ``leaf_batch`` 4 the board model's leaves (4 rows per game, one forward for the
-    step) give exactly the visits of the plain-Python virtual-loss reference (python-chess
-    boards, one forward per node), on real positions."""
+    step) give exactly the visits of the plain-Python reference with the same pending-leaf rule
+    (``virtual_loss``: lost visits, or lc0's in-flight visits; python-chess boards, one forward
+    per node), on real positions."""
     from tests.test_leaf_batch import LeafBatchReference
 
     allie = Allie.load(board_dir)
@@ -117,7 +119,9 @@ def test_board_leaf_batch_builds_the_virtual_loss_reference_tree(board_dir, samp
         Game(moves=g.moves[:k], white_elo=g.white_elo, black_elo=g.black_elo)
         for g, k in zip(games, (12, 25, 40), strict=True)
     ]
-    config = SearchConfig.preset("search", mean_sims=14, final_policy="visits", leaf_batch=4)
+    config = SearchConfig.preset(
+        "search", mean_sims=14, final_policy="visits", leaf_batch=4, virtual_loss=rule
+    )
     out = BoardSearcher(allie.model, config).run(prefixes, 0)
     forward = BoardForward(allie.model)
     for i, game in enumerate(prefixes):
@@ -125,7 +129,7 @@ def test_board_leaf_batch_builds_the_virtual_loss_reference_tree(board_dir, samp
         for m in game.moves:
             board.push_uci(m)
         ref = LeafBatchReference(
-            _reference_evaluator(forward, board, game), k=4, c_puct=config.c_puct
+            _reference_evaluator(forward, board, game), k=4, rule=rule, c_puct=config.c_puct
         )
         root = ref.run_tree(board, 14, config.c_puct)
         expected = np.zeros(vocab.NUM_MOVES, np.int32)
