@@ -45,6 +45,7 @@ from allie_jax import compat
 
 FORMAT = 1
 _SUFFIX = ".exe"
+MANIFEST_ENTRIES = 64  # executables a launch reads ahead at most (``ExecutableStore.preload``)
 KEEP_ENVIRONMENTS = 4  # environment directories kept (most recently used); older ones removed
 _PACKAGES = ("jax", "jaxlib", "flax", "pgx", "numpy")
 _FLAGS = (
@@ -127,10 +128,23 @@ _MEMO_MIN_LEAVES = 16  # arguments this large (parameters) have their signature 
 _MEMO_SIZE = 32
 
 
+_LONG_REPR = 2048  # reprs at least this long (a model's graphdef) are kept by identity
+_REPRS: dict[int, tuple[Any, str]] = {}
+
+
 def _stable_repr(value: Any) -> str:
+    """``repr(value)`` for a key; a long one is remembered for the same object (a model's
+    graphdef, a static argument of most calls, takes ~0.1 s to print)."""
+    kept = _REPRS.get(id(value))
+    if kept is not None and kept[0] is value:
+        return kept[1]
     text = repr(value)
     if " at 0x" in text or "object at" in text:
         raise _Unstorable(f"static argument {text[:80]!r} has no stable repr")
+    if len(text) >= _LONG_REPR:
+        _REPRS[id(value)] = (value, text)  # holds it: the id stays its own
+        while len(_REPRS) > _MEMO_SIZE:
+            _REPRS.pop(next(iter(_REPRS)))
     return text
 
 
@@ -161,6 +175,11 @@ class ExecutableStore:
         # one writer thread; its pending writes finish before the interpreter exits
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="aot-write")
         self._writes: list[concurrent.futures.Future] = []
+        # entries this process read or wrote, in order (``save_manifest``), and entries being
+        # read ahead by ``preload`` (file name -> future of (key text, executable))
+        self._used: dict[str, None] = {}
+        self._preloaded: dict[str, concurrent.futures.Future] = {}
+        self._readers: concurrent.futures.ThreadPoolExecutor | None = None
 
     def flush(self) -> None:
         """Wait until every entry compiled so far is on disk."""
@@ -275,25 +294,67 @@ class ExecutableStore:
         return entry
 
     def _load(self, file: pathlib.Path, key_text: str) -> Any:
-        if not file.exists():
+        ahead = self._preloaded.pop(file.name, None)
+        if ahead is None and not file.exists():
             return None
-        from jax.experimental import serialize_executable
-
         try:
-            with open(file, "rb") as f:
-                record = pickle.load(f)
-            if record.get("format") != FORMAT or record.get("key") != key_text:
+            stored_key, compiled = ahead.result() if ahead is not None else _read_entry(file)
+            if stored_key != key_text:
                 raise ValueError("key or format mismatch")
-            compiled = serialize_executable.deserialize_and_load(
-                record["executable"], record["in_tree"], record["out_tree"]
-            )
         except Exception as exc:  # any damage: drop the entry, compile again
             log.warning("aot: removing unusable entry %s (%s: %s)", file, type(exc).__name__, exc)
             self.stats["bad_entries"] += 1
             file.unlink(missing_ok=True)
             return None
-        self.stats["loaded"] += 1
+        self.stats["loaded" if ahead is None else "preloaded"] += 1
+        self._used[file.name] = None
         return compiled
+
+    # -- reading a launch's executables ahead -------------------------------------------------
+    def _manifest(self, tag: str) -> pathlib.Path:
+        name = hashlib.sha256(tag.encode()).hexdigest()[:24]
+        return self.directory / "manifests" / f"{name}.txt"
+
+    def save_manifest(self, tag: str) -> None:
+        """Record the entries this process used under ``tag`` (e.g. a checkpoint's path), so the
+        next launch with that tag can read them ahead (``preload``). The record is the union with
+        the previous one (other options of the same engine), this process's entries first."""
+        path = self._manifest(tag)
+        names = dict(self._used)
+        try:
+            if path.exists():
+                names.update(dict.fromkeys(path.read_text().split()))
+            names = {n: None for n in names if (self.directory / n).exists()}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._write(path, "\n".join(list(names)[:MANIFEST_ENTRIES]).encode())
+        except OSError as exc:  # only the next launch's read-ahead is lost
+            log.debug("aot: manifest %s: %s", path, exc)
+
+    def preload(self, tag: str) -> int:
+        """Start reading the entries ``tag``'s last launches used, in background threads.
+
+        Deserializing an executable (XLA CPU links its machine code) costs a warm start more
+        than anything else and releases the GIL, so it runs beside the imports and the
+        checkpoint read that precede the first call. A call whose entry is still being read
+        waits for it; one whose entry was never listed reads it as usual. Returns the number of
+        entries started."""
+        try:
+            names = self._manifest(tag).read_text().split()
+        except OSError:
+            return 0
+        files = [self.directory / n for n in names if n.endswith(_SUFFIX)]
+        files = [f for f in files if f.name not in self._preloaded and f.exists()]
+        if not files:
+            return 0
+        if self._readers is None:
+            workers = max(1, min(4, os.cpu_count() or 1))
+            self._readers = concurrent.futures.ThreadPoolExecutor(
+                workers, thread_name_prefix="aot-read"
+            )
+        for f in files:
+            self._preloaded[f.name] = self._readers.submit(_read_entry, f)
+        self.stats["preload_started"] += len(files)
+        return len(files)
 
     def _store(self, file: pathlib.Path, key_text: str, compiled: Any) -> None:
         """Serialize now (before the executable first runs: XLA CPU's sort, once run, could no
@@ -315,6 +376,7 @@ class ExecutableStore:
             self.stats["write_errors"] += 1
             return
         self._writes.append(self._writer.submit(self._write, file, data))
+        self._used[file.name] = None
 
     def _write(self, file: pathlib.Path, data: bytes) -> None:
         try:
@@ -329,6 +391,20 @@ class ExecutableStore:
         except OSError as exc:  # the executable still serves this process
             log.warning("aot: could not store %s (%s: %s)", file, type(exc).__name__, exc)
             self.stats["write_errors"] += 1
+
+
+def _read_entry(file: pathlib.Path) -> tuple[str | None, Any]:
+    """(the entry's key text, its loaded executable); raises on a damaged or foreign entry."""
+    from jax.experimental import serialize_executable
+
+    with open(file, "rb") as f:
+        record = pickle.load(f)
+    if record.get("format") != FORMAT:
+        raise ValueError(f"format {record.get('format')!r}, expected {FORMAT}")
+    compiled = serialize_executable.deserialize_and_load(
+        record["executable"], record["in_tree"], record["out_tree"]
+    )
+    return record.get("key"), compiled
 
 
 _COMPILE_LOCK = threading.Lock()
@@ -390,6 +466,19 @@ def disable_store() -> None:
 
 def active_store() -> ExecutableStore | None:
     return _STORE
+
+
+def source_tag(source: str | os.PathLike) -> str:
+    """The read-ahead record's name for a model source: an absolute local path, a URL as is."""
+    text = os.fspath(source)
+    return text if "://" in text else os.path.abspath(text)
+
+
+def preload(source: str | os.PathLike) -> int:
+    """Read ahead the executables the last launches of ``source``'s model used (the active
+    store's ``preload``); 0 without a store or a record."""
+    store = _STORE
+    return 0 if store is None else store.preload(source_tag(source))
 
 
 class AotFunction:

@@ -152,6 +152,7 @@ def test_engine_restart_loads_every_program_and_a_move_compiles_nothing(tmp_path
         "from allie_jax.engine.compile_cache import enable_compilation_cache\n"
         "enable_compilation_cache(sys.argv[2])\n"
         "from allie_jax import aot\n"
+        "aot.preload = aot.preload if sys.argv[3:] == ['preload'] else (lambda source: 0)\n"
         "from allie_jax.engine.api import Allie\n"
         "from allie_jax.game import Game\n"
         "a = Allie.load(sys.argv[1])\n"
@@ -167,9 +168,9 @@ def test_engine_restart_loads_every_program_and_a_move_compiles_nothing(tmp_path
         "print('STATS', dict(aot.active_store().stats), d.sims)\n"
     )
     stats = []
-    for _ in range(2):
+    for launch in ("compile", "load", "preload"):
         out = subprocess.run(
-            [sys.executable, "-c", script, str(ckpt), str(tmp_path / "cache")],
+            [sys.executable, "-c", script, str(ckpt), str(tmp_path / "cache"), launch],
             capture_output=True,
             text=True,
             timeout=600,
@@ -182,6 +183,36 @@ def test_engine_restart_loads_every_program_and_a_move_compiles_nothing(tmp_path
         assert "EVENTS 0" in out, out
     assert stats[0].get("compiled", 0) > 5 and stats[0].get("loaded", 0) == 0
     assert stats[1] == {"loaded": stats[0]["compiled"]}
+    # the third launch read the first's executables ahead (its record, under the checkpoint's
+    # path) while the engine imported, and used every one of them
+    n = stats[0]["compiled"]
+    assert stats[2] == {"preload_started": n, "preloaded": n}
+
+
+def test_read_ahead_entries_are_checked_like_any_other(tmp_path):
+    """``preload`` reads what a launch with the same tag used; a damaged entry among them is
+    removed and compiled again, and an unknown tag reads nothing."""
+    try:
+        first = _fresh(tmp_path / "exe")
+        _step(*_inputs(), scale=3)
+        _step(*_inputs(8), scale=3)
+        first.flush()
+        first.save_manifest("engine-a")
+        second = _fresh(tmp_path / "exe")
+        assert second.preload("engine-b") == 0
+        assert second.preload("engine-a") == 2
+        out = jax.device_get(_step(*_inputs(), scale=3))
+        np.testing.assert_array_equal(out["y"], _reference()["y"])
+        assert second.stats["preloaded"] == 1 and second.stats["compiled"] == 0
+        for exe in second.directory.glob("*.exe"):
+            exe.write_bytes(b"not an executable")
+        third = _fresh(tmp_path / "exe")
+        assert third.preload("engine-a") == 2
+        out = jax.device_get(_step(*_inputs(8), scale=3))
+        np.testing.assert_array_equal(out["y"], _reference(8)["y"])
+        assert third.stats["bad_entries"] == 1 and third.stats["compiled"] == 1
+    finally:
+        aot.disable_store()
 
 
 _PROGRAM = """

@@ -211,6 +211,9 @@ class Allie(player.PlayerBase):
         # decoder only: the board family's small model gains nothing from several leaves
         self.leaf_batch = None if searcher_factory is not None else leaf_batch
         self.long_warmup: threading.Thread | None = None
+        # where the model came from (``load``): the executable store's read-ahead record of
+        # what ``warmup`` used is kept under it (``aot.ExecutableStore.preload``)
+        self.source: str | None = None
         if fixed_shapes:
             self._forward.fix_shapes()
 
@@ -224,7 +227,13 @@ class Allie(player.PlayerBase):
         path = epath.Path(checkpoint)
         if not path.exists():
             raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
-        return cls(load_model(path), **kwargs)
+        # the executables this model's last launches used load (in background threads) while
+        # its weights are read; not before this module's imports: unpickling an entry imports
+        # the modules its pytrees name, which must not race the main thread's importing them
+        aot.preload(checkpoint)
+        allie = cls(load_model(path), **kwargs)
+        allie.source = aot.source_tag(checkpoint)
+        return allie
 
     @classmethod
     def from_released(
@@ -307,6 +316,9 @@ class Allie(player.PlayerBase):
                 daemon=True,
             )
             self.long_warmup.start()
+        store = aot.active_store()
+        if store is not None and self.source is not None:
+            store.save_manifest(self.source)  # the next launch reads these ahead
         return calls + 1
 
     def _config(self, preset: str | SearchConfig, overrides: dict[str, Any]) -> SearchConfig:

@@ -157,24 +157,7 @@ class DecoderRoots:
             if key is None:  # batch padding: its outputs are discarded, so skip its prefix
                 usable[i] = len(toks) - 1
             cached.append(row if row is not None and usable[i] > 0 else None)
-        cache = self.model.init_cache(b, width)
-        if any(r is not None for r in cached):
-            k, v = cache.k, cache.v
-            for i, row in enumerate(cached):
-                if row is None:
-                    continue
-                m = min(row.k.shape[1], width)
-                k = k.at[:, i, :m].set(row.k[:, :m])
-                v = v.at[:, i, :m].set(row.v[:, :m])
-            cache = KVCache(k, v, cache.length)
-        # committed to one device whichever branch built it: jit's cache tells committed and
-        # uncommitted inputs apart, and warm-up must compile what a move will run
-        device = jax.devices()[0]
-        cache = KVCache(
-            jax.device_put(cache.k, device),
-            jax.device_put(cache.v, device),
-            jax.device_put(jnp.asarray(usable, jnp.int32), device),
-        )
+        cache = self._host_cache(b, width, cached, usable)
         num_new = lengths - usable
         s = self._prefill_width(int(num_new.max()), width)
         new = np.full((b, s), vocab.PAD, np.int32)
@@ -194,6 +177,33 @@ class DecoderRoots:
         while len(self._rows) > self.cache_games:
             self._rows.popitem(last=False)
         return out, cache
+
+    def _host_cache(
+        self, b: int, width: int, cached: list[_CachedRow | None], usable: np.ndarray
+    ) -> KVCache:
+        """The prefill's input cache: zeros, each cached row's reusable prefix copied in.
+
+        Built in host memory and placed once per array: zeros from the allocator cost nothing,
+        where eager ``jnp.zeros`` and ``.at[].set`` compile one small program per shape in every
+        new process (seconds of a warm start) and again per move for each new width. Committed to
+        one device whichever rows were cached: jit's cache tells committed and uncommitted inputs
+        apart, and warm-up must compile what a move will run.
+        """
+        cfg = self.model.config
+        shape = (cfg.num_layers, b, width, cfg.num_heads, cfg.head_dim)
+        k = np.zeros(shape, jnp.dtype(cfg.compute_dtype))
+        v = np.zeros(shape, jnp.dtype(cfg.compute_dtype))
+        for i, row in enumerate(cached):
+            if row is not None:
+                m = min(row.k.shape[1], width)
+                k[:, i, :m] = np.asarray(row.k)[:, :m]
+                v[:, i, :m] = np.asarray(row.v)[:, :m]
+        device = jax.devices()[0]
+        return KVCache(
+            jax.device_put(k, device),
+            jax.device_put(v, device),
+            jax.device_put(usable.astype(np.int32), device),
+        )
 
     def warm(self, batch: int, replay) -> Iterator[tuple[int, Any, Any, Any, Any]]:
         """For each cache width up to the context (only those in ``warm_widths`` when it is
