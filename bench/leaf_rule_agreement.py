@@ -147,7 +147,7 @@ def speed(family: str, args) -> None:
     print(f"{'K':>3} {'rule':>6} {'sims/s':>8} {'(min-max)':>15} {'load':>9}", flush=True)
     for (k, rule), v in rates.items():
         print(
-            f"{k:>3} {rule:>6} {np.median(v):>8.1f} {min(v):>7.1f}-{max(v):<7.1f} {load:>9}",
+            f"{k:>3} {rule if k > 1 else '-':>6} {np.median(v):>8.1f} {min(v):>7.1f}-{max(v):<7.1f} {load:>9}",
             flush=True,
         )
 
@@ -157,7 +157,9 @@ def main() -> None:
     p.add_argument("--families", nargs="+", default=None, help="maia, decoder, random")
     p.add_argument("--maia_dir", default=os.environ.get("MAIA_DIR", "/work/shared/models/maia1"))
     p.add_argument("--decoder", default=None, help="a decoder checkpoint (workdir or model dir)")
-    p.add_argument("--decoder_size", default="small", help="--speed: the random decoder's size")
+    p.add_argument(
+        "--decoder_size", default="allie_124m", help="--speed: the random decoder's size"
+    )
     p.add_argument("--positions", type=int, default=96)
     p.add_argument("--sims", type=int, default=64)
     p.add_argument("--leaf-batches", type=int, nargs="+", default=None)

@@ -2,8 +2,8 @@
 position (the board transformer, Maia-1): each of a step's B·K leaf rows is evaluated from its own
 game's node and context, and on real positions a K = 8 search chooses the move a one-leaf search
 of the same budget chooses nearly as often as two one-leaf searches with different seeds do.
-(The board model's K > 1 trees are held to a plain-Python virtual-loss reference in
-test_board_engine.)
+(The board model's K > 1 trees are held to a plain-Python reference of both pending-leaf rules
+in test_board_engine.)
 
 References: python-chess (the position and legal moves each leaf row must reach) and the
 one-leaf search (the agreement)."""
@@ -125,28 +125,35 @@ def _games(sample_pgn, count: int = 32) -> list[Game]:
 def agreement(make_searcher, games: list[Game], k: int) -> dict[str, float]:
     """Exact probabilities that the moves drawn from two searches' final policies agree: two
     one-leaf searches with different seeds (their trees are the same, so sum(π₁ · π₁')), and a
-    K-leaf search with a one-leaf one (sum(π_K · π₁)); ``top``: the most probable moves agree."""
+    K-leaf search with a one-leaf one (sum(π_K · π₁)), as means over the positions; ``diff``:
+    the mean per-position difference (K-leaf minus two seeds) and ``se`` its standard error
+    (the positions pair the two figures); ``top``: the most visited moves agree."""
     one = make_searcher(1).run(games, 0)
     again = make_searcher(1).run(games, 1)
     many = make_searcher(k).run(games, 2)
     for out in (one, again, many):
         np.testing.assert_array_equal(out.visit_counts.sum(-1), out.num_sims)
         assert (out.num_sims > 0).all()
+    two_seeds = (one.policy * again.policy).sum(-1)
+    diff = (many.policy * one.policy).sum(-1) - two_seeds
     return {
-        "two_seeds": float((one.policy * again.policy).sum(-1).mean()),
+        "two_seeds": float(two_seeds.mean()),
         "across": float((many.policy * one.policy).sum(-1).mean()),
-        "top": float((many.policy.argmax(-1) == one.policy.argmax(-1)).mean()),
+        "diff": float(diff.mean()),
+        "se": float(diff.std(ddof=1) / np.sqrt(len(diff))),
+        "top": float((many.visit_counts.argmax(-1) == one.visit_counts.argmax(-1)).mean()),
     }
 
 
 @pytest.mark.slow  # three compiled Maia searches of 32 games
-def test_maia_leaf_batch_moves_nearly_agree_with_one_leaf_search(sample_pgn):
-    """Maia-1500 (real weights), 32 real positions (plies 10..40), 64 simulations, π̄: a K = 8
-    search's drawn move agrees with a one-leaf search's within 5% of how often two one-leaf
-    searches' moves agree, and their most probable moves agree on at least 80% of positions.
-
-    Not "at least as often": K = 8's eight-step trees spread their visits a little more
-    (bench/RESULTS.md has the figures for K = 2..16), so the strict comparison misses by ~1.6%.
+def test_maia_leaf_batch_moves_agree_with_one_leaf_search(sample_pgn):
+    """Maia-1500 (real weights), 32 real positions (plies 10..40), 64 simulations, π̄, the
+    default pending-leaf rule (lc0's in-flight visits): a K = 8 search's drawn move agrees with a
+    one-leaf search's at least as often as two one-leaf searches' moves agree, up to the
+    positions' noise: the mean per-position difference is at least −2 standard errors of it
+    (two one-leaf trees are identical, so any K > 1 tree differs a little; bench/RESULTS.md has
+    the difference under both rules on 96 positions: the virtual loss misses by several standard
+    errors). The most visited moves agree on at least 85% of positions.
     """
     from allie_jax.baselines.maia import load_maia
     from allie_jax.baselines.maia_search import maia_searcher
@@ -161,5 +168,5 @@ def test_maia_leaf_batch_moves_nearly_agree_with_one_leaf_search(sample_pgn):
 
     got = agreement(make, games, 8)
     assert got["two_seeds"] > 0.1, got  # the searches choose: not a uniform policy
-    assert got["across"] >= 0.95 * got["two_seeds"], got
-    assert got["top"] >= 0.8, got
+    assert got["diff"] >= -2.0 * got["se"], got
+    assert got["top"] >= 0.85, got

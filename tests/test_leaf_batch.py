@@ -374,13 +374,15 @@ def _material_expand(payloads, parent, path_nodes, path_len, action, num_active)
     return _material_eval(chess_jax.apply(state, action))
 
 
-@pytest.mark.slow  # two compiled chess searches of 32 games
-def test_leaf_batch_moves_agree_with_one_leaf_search(sample_pgn):
+@pytest.mark.slow  # compiled chess searches of 32 games (one-leaf, and K = 8 per rule)
+@pytest.mark.parametrize("rule", ["visit", "loss"])
+def test_leaf_batch_moves_agree_with_one_leaf_search(sample_pgn, rule):
     """On real positions (sample games cut at plies 10..40), the move a K = 8 search draws from
     its final policy π̄ agrees with the move of a one-leaf search of the same budget at least as
-    often as the moves of two one-leaf searches with different seeds agree. The one-leaf tree
-    does not depend on the seed, so those agree with probability sum(π₁²); the K search and a
-    one-leaf one with sum(π₈ · π₁) (exact expectations, no sampling noise)."""
+    often as the moves of two one-leaf searches with different seeds agree, up to the positions'
+    noise (the mean per-position difference is at least −2 standard errors of it). The one-leaf
+    tree does not depend on the seed, so those agree with probability sum(π₁²); the K search and
+    a one-leaf one with sum(π₈ · π₁) (exact expectations, no sampling noise)."""
     from allie_jax.pgn import read_games
     from allie_jax.search import pibar
 
@@ -397,9 +399,9 @@ def test_leaf_batch_moves_agree_with_one_leaf_search(sample_pgn):
     batch, sims = len(moves), 64
     c = jnp.full(batch, 1.25, jnp.float32)
 
-    @functools.partial(jax.jit, static_argnums=0)
-    def final_policy(k, state):
-        params = tree_search.SearchParams(19652.0, "reduction", 0.0, 32, k)
+    @functools.partial(jax.jit, static_argnums=(0, 1))
+    def final_policy(k, rule, state):
+        params = tree_search.SearchParams(19652.0, "reduction", 0.0, 32, k, rule)
         root = _material_eval(state)
         budgets = jnp.full(batch, sims)
         tree = tree_search.search(
@@ -412,10 +414,11 @@ def test_leaf_batch_moves_agree_with_one_leaf_search(sample_pgn):
         lam = pibar.kl_lambda(c, visits.sum(-1), legal.sum(-1))
         return pibar.pibar(q, prior, legal, lam), visits
 
-    one, one_visits = jax.device_get(final_policy(1, state))
-    eight, eight_visits = jax.device_get(final_policy(8, state))
+    one, _ = jax.device_get(final_policy(1, "loss", state))
+    eight, eight_visits = jax.device_get(final_policy(8, rule, state))
     np.testing.assert_array_equal(eight_visits.sum(-1), sims)
-    two_seeds = float((one * one).sum(-1).mean())
-    across = float((eight * one).sum(-1).mean())
-    assert two_seeds > 0.1  # the searches choose: not a uniform policy
-    assert across >= two_seeds, (across, two_seeds)
+    two_seeds = (one * one).sum(-1)
+    diff = (eight * one).sum(-1) - two_seeds
+    se = diff.std(ddof=1) / np.sqrt(len(diff))
+    assert float(two_seeds.mean()) > 0.1  # the searches choose: not a uniform policy
+    assert diff.mean() >= -2.0 * se, (float(diff.mean()), float(se), float(two_seeds.mean()))

@@ -68,7 +68,7 @@ class MaiaSearchConfig:
     temperature: float = 1.0
     sampling: str = "argmax"  # Maia plays / predicts the mode of its final policy
     leaf_batch: int = 1  # leaves per position per step (SearchConfig.leaf_batch)
-    virtual_loss: str = "loss"  # how pending leaves steer a step (SearchConfig.virtual_loss)
+    virtual_loss: str = "visit"  # how pending leaves steer a step (SearchConfig.virtual_loss)
     # any other SearchConfig field, as (name, value) pairs (``selection``, ``fpu``, ...): the
     # evaluator's and the match's --system_options reach Maia's search like the decoder's
     search_overrides: tuple[tuple[str, Any], ...] = ()

@@ -104,12 +104,14 @@ class SearchConfig:
     gumbel_c_visit: float = 50.0  # mctx's maxvisit_init
     gumbel_considered: int = 16  # actions sampled at the root (mctx's max_num_considered_actions)
     gumbel_noise: float = 1.0  # Gumbel noise scale (0: deterministic halving)
-    # Leaves selected per game per search step under virtual loss and evaluated in one model call
+    # Leaves selected per game per search step (``virtual_loss``) and evaluated in one model call
     # (see search/tree_search.py); 1 is the plain one-leaf-per-step search.
     leaf_batch: int = 1
     # How a step's pending leaves steer its later selections (K > 1 only; one of VIRTUAL_LOSSES):
-    # "loss" counts each as a lost visit, "visit" as a visit in the exploration term only.
-    virtual_loss: str = "loss"
+    # "visit" (lc0's in-flight visits) counts each as a visit in pUCT's exploration term only,
+    # Q unchanged, so its moves stay closer to the one-leaf search's; "loss" (AlphaGo Zero's
+    # virtual loss) as a lost visit.
+    virtual_loss: str = "visit"
 
     def __post_init__(self) -> None:
         _check_choice("mode", self.mode, MODES)

@@ -35,7 +35,10 @@ so the tree needs the same ``budget + 1`` slots. The rules:
 - Pending leaves (``virtual_loss``, one of ``VIRTUAL_LOSSES``): the K selections of a step run
   one after another on a copy of the statistics carrying the earlier leaves of the step, so
   later ones see them; the copy is dropped before the real backups. Node values (the FPU
-  reduction's V(parent)) are never touched. Two rules for what a pending leaf changes:
+  reduction's V(parent)) are never touched. Two rules for what a pending leaf changes ("visit"
+  is the default: its K-leaf trees choose the one-leaf search's moves more often, because the
+  virtual loss also lowers Q and so spreads a step's leaves over branches a one-leaf search
+  would not visit yet):
 
   * ``"loss"`` (AlphaGo Zero's virtual loss, early lc0): every edge on its path, the unexpanded
     edge itself included, counts one more visit that LOST for the player choosing it,
@@ -110,7 +113,7 @@ class SearchParams(NamedTuple):
     fpu: float
     max_path: int
     leaf_batch: int = 1  # K: leaves per game per step (the module docstring)
-    virtual_loss: str = "loss"  # K > 1: one of VIRTUAL_LOSSES (the module docstring)
+    virtual_loss: str = "visit"  # K > 1: one of VIRTUAL_LOSSES (the module docstring)
 
 
 def init_tree(
