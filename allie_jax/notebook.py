@@ -270,12 +270,11 @@ class NotebookGame:
             }
         )
         self.warmup_s = 0.0
-        if hasattr(self.allie, "warmup"):
-            if self.show:
-                _display(_html(f"<p>Preparing Allie: compiling the {self.mode} mode once …</p>"))
-            t = time.monotonic()
-            self.allie.warmup(self.mode, 1)
-            self.warmup_s = time.monotonic() - t
+        if self.show:
+            _display(_html(f"<p>Preparing Allie: compiling the {self.mode} mode once …</p>"))
+        t = time.monotonic()
+        self.allie.warmup(self.mode, 1)  # every player has one (a no-op where nothing compiles)
+        self.warmup_s = time.monotonic() - t
         self.session = GameSession(settings)  # the clocks start here, after the warm-up
         self._play = allie_player(self.allie)
         self.log: list[dict[str, Any]] = []

@@ -39,6 +39,7 @@ from allie_jax.compile_check.targets import (
     parse_target,
     target_devices,
 )
+from allie_jax.model import family as family_lib
 from allie_jax.search.config import SearchConfig
 from allie_jax.search.programs import search_program
 from allie_jax.train import sharding as shd
@@ -132,11 +133,10 @@ def compile_check(
     model_config = dataclasses.replace(
         model_config, attention_impl=model_config.resolved_attention_impl(backend)
     )
-    if hasattr(model_config, "check_attention_dropout"):  # attention dropout needs XLA's kernel
-        try:
-            model_config.check_attention_dropout(backend)
-        except ValueError as err:
-            raise CompileCheckError(str(err)) from None
+    try:  # what the family refuses before a run (e.g. attention dropout without XLA's kernel)
+        family_lib.of_config(config).preflight(config, backend)
+    except (ValueError, FileNotFoundError) as err:
+        raise CompileCheckError(str(err)) from None
     chip = target.chip
     start = time.perf_counter()
     built = build_abstract_programs(config, model_config, mesh)

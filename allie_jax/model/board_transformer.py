@@ -62,6 +62,7 @@ import numpy as np
 from flax import nnx
 
 from allie_jax import vocab
+from allie_jax.model import attention
 from allie_jax.model import sharding as sh
 from allie_jax.model.config import NamedConfig
 from allie_jax.model.transformer import MLP, Attention, LayerNorm, param, soft_elo
@@ -148,6 +149,16 @@ class BoardConfig(NamedConfig):
         """The kernel the (bias-carrying) board attention runs: XLA unless cuDNN is asked for."""
         del backend
         return "cudnn" if self.attention_impl == "cudnn" else "xla"
+
+    @property
+    def attention_dropout(self) -> float:
+        """No dropout on attention probabilities (the decoder's GPT-2 ``attn_pdrop``)."""
+        return 0.0
+
+    @property
+    def max_segments_per_row(self) -> int:
+        """Rows are never packed (one position each); the game-attention kernel's default."""
+        return attention.DEFAULT_MAX_SEGMENTS
 
     @property
     def head_dim(self) -> int:

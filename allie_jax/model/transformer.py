@@ -118,10 +118,10 @@ class Attention(nnx.Module):
         # Masked paths (cache, search) only use cuDNN when asked for explicitly.
         self.impl = "cudnn" if cfg.attention_impl == "cudnn" else "xla"
         self.games_impl = cfg.attention_impl
-        self.max_segments = getattr(cfg, "max_segments_per_row", attn.DEFAULT_MAX_SEGMENTS)
+        self.max_segments = cfg.max_segments_per_row
         # GPT-2's attn_pdrop, on the attention probabilities of whole games (XLA kernel only;
         # ModelConfig.check_attention_dropout refuses the others before a run starts).
-        rate = cfg.attention_dropout if hasattr(cfg, "attention_dropout") else 0.0
+        rate = cfg.attention_dropout
         self.prob_dropout = nnx.Dropout(rate, rngs=rngs) if rate > 0 else None
 
     def project(self, x: Array) -> tuple[Array, Array, Array]:
