@@ -320,11 +320,11 @@ class ExecutableStore:
         next launch with that tag can read them ahead (``preload``). The record is the union with
         the previous one (other options of the same engine), this process's entries first."""
         path = self._manifest(tag)
-        names = dict(self._used)
+        names = dict(self._used)  # this process's: loaded, or written (maybe still pending)
         try:
             if path.exists():
-                names.update(dict.fromkeys(path.read_text().split()))
-            names = {n: None for n in names if (self.directory / n).exists()}
+                earlier = path.read_text().split()
+                names.update((n, None) for n in earlier if (self.directory / n).exists())
             path.parent.mkdir(parents=True, exist_ok=True)
             self._write(path, "\n".join(list(names)[:MANIFEST_ENTRIES]).encode())
         except OSError as exc:  # only the next launch's read-ahead is lost
