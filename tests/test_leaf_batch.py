@@ -42,7 +42,7 @@ class LeafBatchReference(ReferenceMCTS):
     """``ReferenceMCTS`` taking ``k`` leaves per step; ``rule`` "loss": a pending visit is a lost
     visit; "visit": a pending visit counts in N(s) and N(s, a) only (lc0's in-flight visits)."""
 
-    def __init__(self, evaluate, *, k: int, rule: str = "loss", **kwargs) -> None:
+    def __init__(self, evaluate, *, k: int, rule: str = "visit", **kwargs) -> None:
         super().__init__(evaluate, **kwargs)
         self.k, self.rule = k, rule
 
