@@ -32,6 +32,8 @@ how often the most probable moves agree, with the K search's speed-up at that ba
 
     .venv/bin/python bench/search.py --agreement demo_out/workdir --leaf-batches 4 8 16
 
+(``--virtual-loss loss|visit``: the K searches' pending-leaf rule, default SearchConfig's.)
+
 Positions: the sample games (``data/sample``) cut at the given ply; only 33 sample games reach
 ply 151, so a batch larger than the number of distinct positions repeats them (as different
 games: nothing is shared between rows). sims/s counts real simulations (the sum of budgets).
@@ -200,15 +202,26 @@ def agreement_positions(count: int) -> list:
     return games
 
 
-def agreement(model, games: list, leaf_batches: list[int], sims: int, draws: int = 64) -> None:
+def agreement(
+    model,
+    games: list,
+    leaf_batches: list[int],
+    sims: int,
+    draws: int = 64,
+    virtual_loss: str | None = None,
+) -> None:
     """Print the agreement of K-leaf searches with one-leaf searches (module docstring).
 
     The engine draws its move from the final policy (``SearchOutput.policy``); ``draws`` moves
     per search are drawn from it here with the search's seed, so the rates are smooth.
+    ``virtual_loss``: the K-leaf searches' pending-leaf rule (None: SearchConfig's default;
+    bench/leaf_rule_agreement.py compares the rules with per-position standard errors).
     """
+    rule = {} if virtual_loss is None else {"virtual_loss": virtual_loss}
 
     def run(k: int, seed: int):
-        searcher = Searcher(model, SearchConfig(mode="search", mean_sims=sims, leaf_batch=k))
+        config = SearchConfig(mode="search", mean_sims=sims, leaf_batch=k, **rule)
+        searcher = Searcher(model, config)
         searcher.run(games, 0)  # compile (not timed)
         searcher.forget()
         t = time.perf_counter()
@@ -278,6 +291,11 @@ def main() -> None:
     )
     p.add_argument("--dtype", default="float32", help="compute dtype of ours and the baseline")
     p.add_argument("--positions", type=int, default=64, help="positions for --agreement")
+    p.add_argument(
+        "--virtual-loss",
+        default=None,
+        help="--agreement: the K-leaf searches' SearchConfig.virtual_loss (default: its default)",
+    )
     args = p.parse_args()
     if args.agreement:
         if pathlib.Path(args.agreement).exists():
@@ -287,7 +305,13 @@ def main() -> None:
         else:
             model = AllieModel(model_config(args.agreement), rngs=nnx.Rngs(0))
         games = agreement_positions(args.positions)
-        agreement(model, games, args.leaf_batches or [8], args.mean_sims)
+        agreement(
+            model,
+            games,
+            args.leaf_batches or [8],
+            args.mean_sims,
+            virtual_loss=args.virtual_loss,
+        )
         return
     leaf_batches = args.leaf_batches or [1]
     sizes = args.sizes.split(",")
