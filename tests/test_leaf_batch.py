@@ -203,6 +203,37 @@ def _toy_tree(k: int, budgets, chunks=None):
     return tree
 
 
+@pytest.mark.slow  # a KL-selection search per rule (~45 s each to compile and run)
+@pytest.mark.parametrize("rule", ["visit", "loss"])
+def test_kl_selection_takes_k_leaves_under_either_rule(rule):
+    """A selection other than pUCT (KL-regularised; its unvisited edges take the mixed value,
+    which the in-flight rule keeps as a pending edge's Q) with K = 4: every game gets its whole
+    budget at the root, and the new nodes hang under the parents that chose them."""
+    budgets = jnp.asarray([24, 9, 31, 16], jnp.int32)
+    _, root_state = _positions()
+    root_hash = jnp.arange(len(POSITIONS), dtype=jnp.uint32) * 1013 + 17
+    c = jnp.full(len(POSITIONS), 1.25, jnp.float32)
+    params = tree_search.SearchParams(19652.0, "reduction", 0.0, 32, 4, rule)
+    select = selection.make_kl_selection(anchor_lambda=0.11)
+
+    @jax.jit
+    def run(root_state, root_hash):
+        root = _jax_eval(root_state, root_hash)
+        return tree_search.search(
+            root, _expand, budgets, c, num_nodes=32, params=params, select_fn=select
+        )
+
+    tree = run(root_state, root_hash)
+    np.testing.assert_array_equal(tree.children_visits[:, 0].sum(-1), budgets)
+    np.testing.assert_array_equal(tree.node_visits[:, 0], budgets + 1)
+    parents, actions = np.asarray(tree.parents), np.asarray(tree.action_from_parent)
+    index = np.asarray(tree.children_index)
+    for b in range(len(POSITIONS)):
+        for node in range(1, int(budgets[b]) + 1):
+            if parents[b, node] >= 0:  # a node (collisions leave their slot empty)
+                assert index[b, parents[b, node], actions[b, node]] == node
+
+
 def test_chunks_on_step_bounds_build_the_same_tree():
     """A clocked search runs the loop in chunks; chunk bounds on multiples of K change nothing."""
     budgets = [30, 12, 40, 7]
