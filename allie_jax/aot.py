@@ -250,6 +250,9 @@ class ExecutableStore:
             entry = self._entry(fn, static, dynamic, memory_key)
         if entry.compiled is None:
             return fn.jitted(*args, **kwargs)
+        if getattr(_WARMING, "on", False):
+            self.stats["not_run"] += 1
+            return _placeholder_outputs(entry.compiled)
         try:
             return entry.compiled(**dynamic)
         except TypeError as exc:  # the executable refuses these inputs: compile as jit would
@@ -405,6 +408,37 @@ def _read_entry(file: pathlib.Path) -> tuple[str | None, Any]:
         record["executable"], record["in_tree"], record["out_tree"]
     )
     return record.get("key"), compiled
+
+
+_WARMING = threading.local()
+
+
+@contextlib.contextmanager
+def compile_only():
+    """Within it (this thread), an ``aot.jit`` call under a store compiles or loads its
+    executable and returns zeros shaped like its outputs instead of running it.
+
+    For a warm-up: its inputs are synthetic and only the executables it leaves in memory
+    matter, so running them (a whole-context pass of a large model takes seconds) is waste.
+    Calls that go through plain ``jax.jit`` (no store, an unstorable call) still run.
+    """
+    before = getattr(_WARMING, "on", False)
+    _WARMING.on = True
+    try:
+        yield
+    finally:
+        _WARMING.on = before
+
+
+def _placeholder_outputs(compiled: Any) -> Any:
+    """Zeros with the abstract values and placement of ``compiled``'s outputs (host zeros,
+    placed once: no device program per shape)."""
+
+    def zeros(info: jax.ShapeDtypeStruct) -> jax.Array:
+        value = np.zeros(info.shape, info.dtype)
+        return jax.device_put(value, info.sharding) if info.sharding is not None else value
+
+    return jax.tree.map(zeros, compiled.out_info)
 
 
 _COMPILE_LOCK = threading.Lock()

@@ -281,6 +281,10 @@ class Allie(player.PlayerBase):
         (the wider cache, the direct pass over the whole context) compile in the background
         thread ``long_warmup``, started here.
         """
+        with aot.compile_only():  # synthetic inputs: their executables matter, not outputs
+            return self._warmup(preset, batch_size, overrides)
+
+    def _warmup(self, preset: str | SearchConfig, batch_size: int, overrides: dict) -> int:
         self.fix_shapes()
         config = self._config(preset, overrides)
         _play_keys(0)
@@ -348,20 +352,26 @@ class Allie(player.PlayerBase):
         except (AttributeError, OSError):
             pass
         try:
-            if widths:
-                factory = self._searcher_factory
-                if factory is None:
-                    from allie_jax.search import Searcher
-
-                    factory = functools.partial(Searcher, fixed_shapes=True)
-                searcher = factory(self.model, config)
-                searcher.roots.warm_widths = widths
-                searcher.warmup(batch_size)
-            batch = decision.next_pow2(batch_size)
-            for length in lengths:
-                self._warm_forward(length, batch, config)
+            with aot.compile_only():
+                self._warm_long_shapes(config, batch_size, widths, lengths)
         except Exception:  # noqa: BLE001 - a background compile must never end the engine
             log.warning("warm-up of long games' shapes failed", exc_info=True)
+
+    def _warm_long_shapes(
+        self, config: SearchConfig, batch_size: int, widths: tuple[int, ...], lengths: tuple
+    ) -> None:
+        if widths:
+            factory = self._searcher_factory
+            if factory is None:
+                from allie_jax.search import Searcher
+
+                factory = functools.partial(Searcher, fixed_shapes=True)
+            searcher = factory(self.model, config)
+            searcher.roots.warm_widths = widths
+            searcher.warmup(batch_size)
+        batch = decision.next_pow2(batch_size)
+        for length in lengths:
+            self._warm_forward(length, batch, config)
 
     @property
     def search_stats(self) -> collections.Counter:
