@@ -560,3 +560,20 @@ def test_a_timed_out_history_search_gets_twice_the_time_next(monkeypatch):
         board.push_uci(move)
     assert board.epd() == chess.Board(fen).epd()  # python-chess: the exact position
     assert fen not in fen_history._TIMEOUTS
+
+
+def test_virtual_loss_option_reaches_the_search_and_matches_the_config():
+    """``VirtualLoss`` (spelt in uci_options so uciok needs no JAX) names SearchConfig's rules
+    and is passed to the search with LeafBatch; a bad value is refused by name."""
+    from allie_jax.engine import uci_options
+    from allie_jax.search.config import VIRTUAL_LOSSES, SearchConfig
+
+    assert uci_options.VIRTUAL_LOSSES == VIRTUAL_LOSSES
+    assert SearchConfig().virtual_loss in VIRTUAL_LOSSES
+    o = uci_options.Options(mode="search")
+    uci_options.OPTIONS["VirtualLoss"][1](o, "Loss")
+    uci_options.OPTIONS["LeafBatch"][1](o, "8")
+    _, overrides = uci_options.play_settings(o)
+    assert overrides["virtual_loss"] == "loss" and overrides["leaf_batch"] == 8
+    with pytest.raises(ValueError, match="'lost' is not one of loss, visit"):
+        uci_options.OPTIONS["VirtualLoss"][1](o, "lost")

@@ -23,6 +23,8 @@ from allie_jax.modes import MODES, SEARCH_MODES
 PRESETS = MODES  # the play modes (allie_jax.modes: standard library only, so uciok stays quick)
 LAMBDA_SCHEDULES = ("constant", "paper", "released")
 SELECTIONS = ("puct", "kl")  # SearchConfig.selection
+# SearchConfig.virtual_loss (search.config.VIRTUAL_LOSSES; spelt here: that import loads JAX)
+VIRTUAL_LOSSES = ("loss", "visit")
 DEFAULT_ELO = 1500
 
 
@@ -52,6 +54,7 @@ class Options:
     anchor_lambda: float | None = None
     lambda_schedule: str | None = None
     selection: str | None = None  # None: the preset's ("puct")
+    virtual_loss: str | None = None  # None: SearchConfig's ("visit"); K > 1 only
     leaf_batch: int | None = None
 
 
@@ -119,6 +122,12 @@ def _set_schedule(o: Options, raw: str) -> None:
     o.lambda_schedule = raw.strip().lower()
 
 
+def _set_virtual_loss(o: Options, raw: str) -> None:
+    if raw.strip().lower() not in VIRTUAL_LOSSES:
+        raise ValueError(f"{raw!r} is not one of {', '.join(VIRTUAL_LOSSES)}")
+    o.virtual_loss = raw.strip().lower()
+
+
 def _set_selection(o: Options, raw: str) -> None:
     if raw.strip().lower() not in SELECTIONS:
         raise ValueError(f"{raw!r} is not one of {', '.join(SELECTIONS)}")
@@ -184,6 +193,11 @@ OPTIONS: dict[str, tuple[str, Callable[[Options, str], None]]] = {
     ),
     # the engine's K when unset is the launcher's (launch.uci: api.PLAY_LEAF_BATCH = 16)
     "LeafBatch": ("type spin default 16 min 1 max 64", _spin(1, 64, "leaf_batch")),
+    # how a step's pending leaves steer its later selections (LeafBatch > 1)
+    "VirtualLoss": (
+        "type combo default visit " + " ".join(f"var {v}" for v in VIRTUAL_LOSSES),
+        _set_virtual_loss,
+    ),
 }
 _OPTION_KEYS = {k.lower(): k for k in OPTIONS}
 
@@ -231,7 +245,7 @@ def play_settings(o: Options) -> tuple[str, dict[str, Any]]:
     if preset in SEARCH_MODES:
         overrides["mean_sims"] = o.mean_sims
         overrides["max_sims"] = max(o.max_sims, o.mean_sims)
-        for field in ("c_puct", "anchor_lambda", "lambda_schedule", "leaf_batch"):
+        for field in ("c_puct", "anchor_lambda", "lambda_schedule", "leaf_batch", "virtual_loss"):
             if getattr(o, field) is not None:
                 overrides[field] = getattr(o, field)
         if o.selection is not None and not preset.startswith("gumbel"):
