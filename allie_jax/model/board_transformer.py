@@ -300,8 +300,15 @@ class BoardBlock(nnx.Module):
             if rows is not None:
                 x = x[:, rows]
         x = x + self.dropout(out, deterministic=deterministic)
-        x = x + self.dropout(self.mlp(self.ln_2(x)), deterministic=deterministic)
+        x = x + self.dropout(self._mlp(self.ln_2(x)), deterministic=deterministic)
         return sh.constrain(x, (sh.BATCH, sh.LENGTH, sh.ACT_EMBED))
+
+    def _mlp(self, x: Array) -> Array:
+        """The decoder's MLP (its parameters) with ``gelu_tanh`` for the activation."""
+        mlp, dt = self.mlp, self.dtype
+        h = x @ mlp.fc[...].astype(dt) + mlp.fc_bias[...].astype(dt)
+        h = sh.constrain(gelu_tanh(h), (sh.BATCH, sh.LENGTH, sh.MLP))
+        return h @ mlp.proj[...].astype(dt) + mlp.proj_bias[...].astype(dt)
 
     def _attend_heads_major(self, x: Array, bias: Array, rows: slice | None) -> Array:
         """The XLA attention of ``jax.nn.dot_product_attention`` with the heads ahead of the
@@ -310,7 +317,7 @@ class BoardBlock(nnx.Module):
         With head_dim 8 and ~90 tokens the forward is many tiny batched matmuls; XLA on CPU runs
         ``dot_product_attention``'s ``BTNH`` layout with a transposed copy of every attention
         matrix and a scale broadcast over the batch. Here the projections write heads-major, the
-        scores and probabilities stay ``[B, heads, T, S]`` (contiguous per head), and the bias
+        scores and weights stay ``[B, heads, T, S]`` (contiguous per head), and the bias
         ``[1, heads, T, S]`` is broadcast inside the softmax's fusion. Same arithmetic: scores
         ``q·k`` in float32, times ``1/sqrt(head_dim)``, plus the bias, softmax, times ``v``.
         """
@@ -328,8 +335,10 @@ class BoardBlock(nnx.Module):
         scale = 1.0 / math.sqrt(q.shape[-1])
         logits = jnp.einsum("bnth,bnsh->bnts", q, k, preferred_element_type=jnp.float32)
         logits = logits * jnp.float32(scale) + bias.astype(jnp.float32)
-        probs = _softmax(logits).astype(dt)
-        out = jnp.einsum("bnts,bnsh->bnth", probs, v)
+        # softmax(logits) · v, normalised after the product: [.., head_dim] divides, not [.., S].
+        weights = exp_nonpositive(logits - jnp.max(logits, axis=-1, keepdims=True))
+        total = jnp.sum(weights, axis=-1, keepdims=True)
+        out = jnp.einsum("bnts,bnsh->bnth", weights.astype(dt), v) / total.astype(dt)
         y = jnp.einsum("bnth,nhd->btd", out, attn.out[...].astype(dt))
         return y + attn.out_bias[...].astype(dt)
 
@@ -354,10 +363,15 @@ def exp_nonpositive(x: Array) -> Array:
     return jnp.where(x < -87.0, 0.0, p * scale)
 
 
-def _softmax(logits: Array) -> Array:
-    """``jax.nn.softmax`` over the last axis, with ``exp_nonpositive`` for the exponential."""
-    e = exp_nonpositive(logits - jnp.max(logits, axis=-1, keepdims=True))
-    return e / jnp.sum(e, axis=-1, keepdims=True)
+def gelu_tanh(x: Array) -> Array:
+    """``jax.nn.gelu(x, approximate=True)``, written ``x · sigmoid(2u)`` (the same function:
+    ``(1 + tanh u) / 2 = sigmoid(2u)``) with ``exp_nonpositive`` on ``−2|u|``, because XLA's CPU
+    ``tanh`` is as slow as its ``exp``."""
+    xf = x.astype(jnp.float32)
+    u = np.float32(math.sqrt(2.0 / math.pi)) * (xf + np.float32(0.044715) * xf * xf * xf)
+    e = exp_nonpositive(-2.0 * jnp.abs(u))  # exp(−2|u|) in (0, 1]
+    sig = jnp.where(u >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    return (xf * sig).astype(x.dtype)
 
 
 def _table(rngs: nnx.Rngs, rows: int, cfg: BoardConfig, std: float = 0.02) -> nnx.Param:
