@@ -314,12 +314,14 @@ class BoardBlock(nnx.Module):
         """The XLA attention of ``jax.nn.dot_product_attention`` with the heads ahead of the
         tokens (``[B, heads, T, head_dim]``) from the projection on.
 
-        With head_dim 8 and ~90 tokens the forward is many tiny batched matmuls; XLA on CPU runs
-        ``dot_product_attention``'s ``BTNH`` layout with a transposed copy of every attention
-        matrix and a scale broadcast over the batch. Here the projections write heads-major, the
-        scores and weights stay ``[B, heads, T, S]`` (contiguous per head), and the bias
-        ``[1, heads, T, S]`` is broadcast inside the softmax's fusion. Same arithmetic: scores
-        ``q·k`` in float32, times ``1/sqrt(head_dim)``, plus the bias, softmax, times ``v``.
+        With head_dim 8 and ~90 tokens the forward is many tiny batched matmuls and elementwise
+        passes over the ``[B, heads, T, S]`` scores; XLA on CPU runs ``dot_product_attention``'s
+        ``BTNH`` layout with a transposed copy of every probability matrix. Here the projections
+        write heads-major and the scores stay ``[B, heads, T, S]``; the exponential is
+        ``exp_nonpositive``; the weights are normalised after the product with ``v`` (a divide
+        per ``head_dim`` entry instead of per key). The same function as
+        ``dot_product_attention``: ``softmax(q·k / sqrt(head_dim) + bias) · v``, scores in
+        float32; the results differ by float32 rounding.
         """
         attn, dt = self.attn, self.dtype
 
@@ -346,10 +348,10 @@ class BoardBlock(nnx.Module):
 def exp_nonpositive(x: Array) -> Array:
     """``exp(x)`` for float32 ``x <= 0`` (softmax after its max is subtracted), as a polynomial.
 
-    XLA's CPU ``exp`` is several times slower than a vectorised polynomial, and the board model's
-    attention evaluates ~1e5 of them per position. Cephes ``expf``: ``x = n·ln2 + r`` with
+    XLA's CPU ``exp`` is several times slower than this vectorised polynomial, and the board
+    model's attention takes one per score. Cephes ``expf``: ``x = n·ln2 + r`` with
     ``|r| <= ln2/2``, ``exp(r)`` by its degree-6 minimax polynomial, times ``2^n`` built in the
-    exponent bits; within 2 ulp of ``exp`` (as XLA's own). Inputs below −87 give 0 (``exp(−87)``
+    exponent bits; within about an ulp of ``exp``. Inputs below −87 give 0 (``exp(−87)``
     is 1.6e-38, at float32's smallest normal).
     """
     x = x.astype(jnp.float32)
