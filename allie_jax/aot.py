@@ -152,10 +152,6 @@ def _stable_repr(value: Any) -> str:
 class _Entry:
     compiled: Any  # jax.stages.Compiled, or None: run through jax.jit
     key_text: str
-    # a compile running in the background (``compile_only``): its future and the outputs'
-    # abstract values (what a warm-up call returns meanwhile)
-    pending: concurrent.futures.Future | None = None
-    out_info: Any = None
 
 
 class ExecutableStore:
@@ -184,7 +180,6 @@ class ExecutableStore:
         self._used: dict[str, None] = {}
         self._preloaded: dict[str, concurrent.futures.Future] = {}
         self._readers: concurrent.futures.ThreadPoolExecutor | None = None
-        self._compile_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def flush(self) -> None:
         """Wait until every entry compiled so far is on disk."""
@@ -253,17 +248,11 @@ class ExecutableStore:
         entry = self._memory.get(memory_key)
         if entry is None:
             entry = self._entry(fn, static, dynamic, memory_key)
-        warming = getattr(_WARMING, "on", False)
-        if entry.pending is not None:
-            if warming:
-                self.stats["not_run"] += 1
-                return _placeholder_outputs(entry.out_info)
-            entry = self._settle(memory_key, entry)
         if entry.compiled is None:
             return fn.jitted(*args, **kwargs)
-        if warming:
+        if getattr(_WARMING, "on", False):
             self.stats["not_run"] += 1
-            return _placeholder_outputs(entry.compiled.out_info)
+            return _placeholder_outputs(entry.compiled)
         try:
             return entry.compiled(**dynamic)
         except TypeError as exc:  # the executable refuses these inputs: compile as jit would
@@ -293,61 +282,19 @@ class ExecutableStore:
         else:
             file = self.directory / (hashlib.sha256(key_text.encode()).hexdigest() + _SUFFIX)
             compiled = self._load(file, key_text)
-            if compiled is not None:
-                entry = _Entry(compiled, key_text)
-            else:
+            if compiled is None:
                 lowered = fn.jitted.lower(**static, **dynamic)
-                if getattr(_WARMING, "on", False):  # XLA compiles while the next one traces
-                    future = self._compilers().submit(self._compile, lowered, file, key_text)
-                    entry = _Entry(None, key_text, future, lowered.out_info)
+                with _fresh_compile() as hits:
+                    compiled = lowered.compile()
+                self.stats["compiled"] += 1
+                if hits:  # JAX's cache answered: that copy cannot be serialized again
+                    self.stats["not_stored"] += 1
                 else:
-                    entry = _Entry(self._compile(lowered, file, key_text), key_text)
+                    self._store(file, key_text, compiled)
+            entry = _Entry(compiled, key_text)
         with self._lock:
             self._memory[memory_key] = entry
         return entry
-
-    def _compile(self, lowered: Any, file: pathlib.Path, key_text: str) -> Any:
-        with _fresh_compile() as hits:
-            compiled = lowered.compile()
-        with self._lock:
-            self.stats["compiled"] += 1
-            if hits:
-                self.stats["not_stored"] += 1
-        if not hits:  # else JAX's cache answered: that copy cannot be serialized again
-            self._store(file, key_text, compiled)
-        return compiled
-
-    def _compilers(self) -> concurrent.futures.ThreadPoolExecutor:
-        with self._lock:
-            if self._compile_pool is None:
-                workers = max(1, min(4, os.cpu_count() or 1))
-                self._compile_pool = concurrent.futures.ThreadPoolExecutor(
-                    workers, thread_name_prefix="aot-compile"
-                )
-            return self._compile_pool
-
-    def _settle(self, memory_key: tuple, entry: _Entry) -> _Entry:
-        """A background compile's entry once it has finished (None: run through jax.jit)."""
-        assert entry.pending is not None
-        try:
-            settled = _Entry(entry.pending.result(), entry.key_text)
-        except Exception as exc:  # noqa: BLE001 - the call compiles through jax.jit instead
-            log.warning("aot: background compile failed (%s: %s)", type(exc).__name__, exc)
-            settled = _Entry(None, entry.key_text)
-        with self._lock:
-            if self._memory.get(memory_key) is entry:
-                self._memory[memory_key] = settled
-        return settled
-
-    def wait_compiles(self) -> None:
-        """Until every background compile (``compile_only``) has finished."""
-        while True:
-            with self._lock:
-                pending = [(k, e) for k, e in self._memory.items() if e.pending is not None]
-            if not pending:
-                return
-            for key, entry in pending:
-                self._settle(key, entry)
 
     def _load(self, file: pathlib.Path, key_text: str) -> Any:
         ahead = self._preloaded.pop(file.name, None)
@@ -481,26 +428,20 @@ def compile_only():
         yield
     finally:
         _WARMING.on = before
-        store = _STORE
-        if not before and store is not None:
-            store.wait_compiles()  # the block ends with every program compiled
 
 
-def _placeholder_outputs(out_info: Any) -> Any:
-    """Zeros with the abstract values and placement of a program's outputs (``out_info``; host
-    zeros, placed once: no device program per shape)."""
+def _placeholder_outputs(compiled: Any) -> Any:
+    """Zeros with the abstract values and placement of ``compiled``'s outputs (host zeros,
+    placed once: no device program per shape)."""
 
     def zeros(info: jax.ShapeDtypeStruct) -> jax.Array:
-        # a lowered (not yet compiled) program's outputs name no placement: one device's, as a
-        # single-device program's outputs are (a sharded one's next calls may then compile again)
-        return jax.device_put(np.zeros(info.shape, info.dtype), info.sharding or jax.devices()[0])
+        value = np.zeros(info.shape, info.dtype)
+        return jax.device_put(value, info.sharding) if info.sharding is not None else value
 
-    return jax.tree.map(zeros, out_info)
+    return jax.tree.map(zeros, compiled.out_info)
 
 
 _COMPILE_LOCK = threading.Lock()
-_PATCHES = 0  # compiles of the store now running (``_fresh_compile``)
-_SAVED_READ: Any = None
 _LOCAL = threading.local()
 
 
@@ -521,24 +462,20 @@ def _fresh_compile():
     entries afresh. The read is bypassed through a private hook (``compiler._cache_read``);
     should a JAX version lack it, the hits are reported and the entry is kept in memory only.
     """
-    global _PATCHES, _SAVED_READ
     compiler = compat.jax_compiler_module()
+
     hits: list[str] = []
-    with _COMPILE_LOCK:  # the hook stays replaced while any compile of the store runs
-        if _PATCHES == 0:
-            _SAVED_READ = getattr(compiler, "_cache_read", None)
-            if _SAVED_READ is not None:
-                compiler._cache_read = lambda *args, **kwargs: (None, None)
-        _PATCHES += 1
-    _LOCAL.hits = hits
-    try:
-        yield hits
-    finally:
-        _LOCAL.hits = None
-        with _COMPILE_LOCK:
-            _PATCHES -= 1
-            if _PATCHES == 0 and _SAVED_READ is not None:
-                compiler._cache_read = _SAVED_READ
+    with _COMPILE_LOCK:
+        read = getattr(compiler, "_cache_read", None)
+        _LOCAL.hits = hits
+        if read is not None:
+            compiler._cache_read = lambda *args, **kwargs: (None, None)
+        try:
+            yield hits
+        finally:
+            _LOCAL.hits = None
+            if read is not None:
+                compiler._cache_read = read
 
 
 _STORE: ExecutableStore | None = None
