@@ -140,7 +140,7 @@ def _positions():
 @pytest.mark.parametrize(
     "k, rule",
     [
-        (4, "loss"),
+        pytest.param(4, "loss", marks=pytest.mark.slow),  # the non-default rule: make test-all
         (4, "visit"),
         pytest.param(8, "loss", marks=pytest.mark.slow),
         pytest.param(8, "visit", marks=pytest.mark.slow),
