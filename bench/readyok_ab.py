@@ -1,0 +1,147 @@
+"""``readyok`` of ``launch.uci`` from two trees of this repository, interleaved (before/after).
+
+``bench/readyok.py`` times one tree; this times two revisions on the same load: each revision is
+checked out as a git worktree, and launches alternate between them round by round. ``--kind
+warm``: each tree first fills a cache dir of its own (one launch, not counted), then every round
+launches each tree on its warmed dir; ``--kind cold``: every launch gets a fresh cache dir. A
+launch is timed from process start to ``readyok`` (``uci``, ``Mode``, ``LeafBatch``, ``isready``,
+as a GUI sends them), then one ``go`` at 10+0.1 is timed. Prints each launch with the load
+average, the medians with min-max and the per-round ratio before/after::
+
+    flock /work/bench.lock .venv/bin/python bench/readyok_ab.py --before ac1522d --after HEAD \\
+        --size allie_124m --kind warm --rounds 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from readyok import save_random  # noqa: E402  (bench/readyok.py)
+
+
+def launch(tree: Path, checkpoint: str, cache: Path, mode: str, leaf_batch: int) -> tuple:
+    """(seconds to readyok from process start, seconds of one go at 10+0.1)."""
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "launch.uci",
+            "--checkpoint",
+            checkpoint,
+            "--compile-cache",
+            str(cache),
+        ],
+        cwd=tree,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        bufsize=1,
+    )
+    proc.stdin.write(
+        f"uci\nsetoption name Mode value {mode}\nsetoption name LeafBatch value {leaf_batch}\n"
+        "isready\n"
+    )
+    proc.stdin.flush()
+    ready = go = float("nan")
+    for line in proc.stdout:
+        if line.strip() == "readyok":
+            ready = time.monotonic() - start
+            break
+    proc.stdin.write("position startpos moves e2e4\ngo wtime 10000 btime 10000 winc 100 binc 100\n")
+    proc.stdin.flush()
+    start = time.monotonic()
+    for line in proc.stdout:
+        if line.startswith("bestmove"):
+            go = time.monotonic() - start
+            break
+    proc.stdin.write("quit\n")
+    proc.stdin.flush()
+    proc.wait(120)
+    return ready, go
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--before", required=True, help="git revision of the 'before' tree")
+    p.add_argument("--after", default="HEAD", help="git revision of the 'after' tree")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", help="a model dir or training workdir")
+    source.add_argument("--size", help="a ModelConfig.named size, saved with random weights")
+    p.add_argument("--kind", choices=("warm", "cold"), default="warm")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--mode", default="adaptive")
+    p.add_argument("--leaf-batch", type=int, default=16)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="readyok_ab_") as tmp:
+        root = Path(tmp)
+        trees = {}
+        for name, rev in (("before", args.before), ("after", args.after)):
+            trees[name] = root / name
+            subprocess.run(
+                [
+                    "git",
+                    "-C",
+                    str(REPO),
+                    "worktree",
+                    "add",
+                    "-f",
+                    "--detach",
+                    str(trees[name]),
+                    rev,
+                ],
+                check=True,
+                capture_output=True,
+            )
+        try:
+            checkpoint = args.checkpoint or str(save_random(args.size, root / "model"))
+            times: dict[str, list[float]] = {name: [] for name in trees}
+            if args.kind == "warm":
+                for name, tree in trees.items():
+                    ready, go = launch(
+                        tree, checkpoint, root / f"cache-{name}", args.mode, args.leaf_batch
+                    )
+                    print(f"{name}: first launch {ready:.2f} s (fills its cache dir)", flush=True)
+            for r in range(args.rounds):
+                for name, tree in trees.items():
+                    cache = root / f"cache-{name}"
+                    if args.kind == "cold":
+                        cache = root / f"cold-{name}-{r}"
+                    ready, go = launch(tree, checkpoint, cache, args.mode, args.leaf_batch)
+                    times[name].append(ready)
+                    print(
+                        f"round {r} {name}: {args.kind} readyok {ready:.2f} s, go {go:.3f} s, "
+                        f"load {os.getloadavg()[0]:.2f}",
+                        flush=True,
+                    )
+                    if args.kind == "cold":
+                        shutil.rmtree(cache, ignore_errors=True)
+            for name, values in times.items():
+                print(
+                    f"{name} ({getattr(args, name)}): {args.kind} readyok median "
+                    f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
+                )
+            ratios = [b / a for b, a in zip(times["before"], times["after"], strict=True)]
+            print("before/after per round:", " ".join(f"{x:.2f}" for x in ratios))
+        finally:
+            for tree in trees.values():
+                subprocess.run(
+                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
+                    capture_output=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
