@@ -255,3 +255,26 @@ def test_feedback_cycles_rerun_the_chosen_blocks(real_batch):
         x = model.blocks[i](x, bias, True)
     np.testing.assert_allclose(model.encode(x0), np.asarray(model.ln_f(x)), atol=1e-5)
     assert not np.allclose(model.encode(x0), plain.encode(x0), atol=1e-3)
+
+
+def test_polynomial_exp_and_gelu_match_jax_values_and_gradients():
+    """The board attention's ``exp_nonpositive`` and the MLP's ``gelu_tanh`` against JAX's own
+    ``jnp.exp`` / ``jax.nn.gelu(approximate=True)``: values to float32 rounding, and finite
+    gradients equal to JAX's where a score is masked (−1e9, −inf)."""
+    from allie_jax.model.board_transformer import exp_nonpositive, gelu_tanh
+
+    xs = jnp.linspace(-87.0, 0.0, 100_001)
+    np.testing.assert_allclose(exp_nonpositive(xs), jnp.exp(xs), rtol=3e-7, atol=0)
+    masked = jnp.array([-jnp.inf, -1e9, -100.0, -87.5])
+    np.testing.assert_array_equal(exp_nonpositive(masked), 0.0)
+    points = jnp.concatenate([masked, jnp.array([-50.0, -1.0, -1e-3, 0.0])])
+    grad = jax.grad(lambda x: exp_nonpositive(x).sum())(points)
+    assert np.isfinite(np.asarray(grad)).all(), grad
+    np.testing.assert_allclose(grad, jax.grad(lambda x: jnp.exp(x).sum())(points), rtol=3e-7)
+
+    gs = jnp.linspace(-30.0, 30.0, 100_001)
+    np.testing.assert_allclose(gelu_tanh(gs), jax.nn.gelu(gs, approximate=True), atol=1e-6)
+    ours = jax.grad(lambda x: gelu_tanh(x).sum())(gs)
+    theirs = jax.grad(lambda x: jax.nn.gelu(x, approximate=True).sum())(gs)
+    # JAX's float32 tanh saturates to ±1 a little earlier: its gradient is 0 where ours is ~3e-6
+    np.testing.assert_allclose(ours, theirs, atol=5e-6)

@@ -355,8 +355,11 @@ def exp_nonpositive(x: Array) -> Array:
     is 1.6e-38, at float32's smallest normal).
     """
     x = x.astype(jnp.float32)
-    n = jnp.round(jnp.maximum(x, -87.0) * np.float32(1.44269504088896341))
-    r = x - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
+    # the polynomial reads x clamped, so below −87 (a masked score, −inf) neither its value nor
+    # its gradient is inf/NaN: ``where`` passes the unselected branch's gradient times 0
+    xc = jnp.maximum(x, -87.0)
+    n = jnp.round(xc * np.float32(1.44269504088896341))
+    r = xc - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
     p = jnp.float32(1.9875691500e-4)
     for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
         p = p * r + np.float32(c)
