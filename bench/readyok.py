@@ -34,8 +34,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def launch(checkpoint: str, mode: str, cache: Path, leaf_batch: int = 1) -> tuple[float, float]:
-    """(seconds to readyok from process start, seconds of one go at 10+0.1)."""
+def launch(
+    checkpoint: str, mode: str, cache: Path, leaf_batch: int = 1, tree: Path = REPO
+) -> tuple[float, float]:
+    """(seconds to readyok from process start, seconds of one go at 10+0.1); ``tree``: the
+    checkout whose ``launch.uci`` runs (``bench/readyok_ab.py`` passes a worktree)."""
     start = time.monotonic()
     proc = subprocess.Popen(
         [
@@ -47,7 +50,7 @@ def launch(checkpoint: str, mode: str, cache: Path, leaf_batch: int = 1) -> tupl
             "--compile-cache",
             str(cache),
         ],
-        cwd=REPO,
+        cwd=tree,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -21,56 +21,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from readyok import save_random  # noqa: E402  (bench/readyok.py)
-
-
-def launch(tree: Path, checkpoint: str, cache: Path, mode: str, leaf_batch: int) -> tuple:
-    """(seconds to readyok from process start, seconds of one go at 10+0.1)."""
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "launch.uci",
-            "--checkpoint",
-            checkpoint,
-            "--compile-cache",
-            str(cache),
-        ],
-        cwd=tree,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        bufsize=1,
-    )
-    proc.stdin.write(
-        f"uci\nsetoption name Mode value {mode}\nsetoption name LeafBatch value {leaf_batch}\n"
-        "isready\n"
-    )
-    proc.stdin.flush()
-    ready = go = float("nan")
-    for line in proc.stdout:
-        if line.strip() == "readyok":
-            ready = time.monotonic() - start
-            break
-    proc.stdin.write("position startpos moves e2e4\ngo wtime 10000 btime 10000 winc 100 binc 100\n")
-    proc.stdin.flush()
-    start = time.monotonic()
-    for line in proc.stdout:
-        if line.startswith("bestmove"):
-            go = time.monotonic() - start
-            break
-    proc.stdin.write("quit\n")
-    proc.stdin.flush()
-    proc.wait(120)
-    return ready, go
+from readyok import launch, save_random  # noqa: E402  (bench/readyok.py)
 
 
 def main() -> None:
@@ -110,16 +66,15 @@ def main() -> None:
             times: dict[str, list[float]] = {name: [] for name in trees}
             if args.kind == "warm":
                 for name, tree in trees.items():
-                    ready, go = launch(
-                        tree, checkpoint, root / f"cache-{name}", args.mode, args.leaf_batch
-                    )
+                    cache = root / f"cache-{name}"
+                    ready, go = launch(checkpoint, args.mode, cache, args.leaf_batch, tree)
                     print(f"{name}: first launch {ready:.2f} s (fills its cache dir)", flush=True)
             for r in range(args.rounds):
                 for name, tree in trees.items():
                     cache = root / f"cache-{name}"
                     if args.kind == "cold":
                         cache = root / f"cold-{name}-{r}"
-                    ready, go = launch(tree, checkpoint, cache, args.mode, args.leaf_batch)
+                    ready, go = launch(checkpoint, args.mode, cache, args.leaf_batch, tree)
                     times[name].append(ready)
                     print(
                         f"round {r} {name}: {args.kind} readyok {ready:.2f} s, go {go:.3f} s, "
