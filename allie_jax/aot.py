@@ -35,7 +35,7 @@ import platform
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import jax
@@ -43,7 +43,7 @@ import numpy as np
 
 from allie_jax import compat
 
-FORMAT = 1
+FORMAT = 2  # 2: the tree definitions pickled apart from the executable
 _SUFFIX = ".exe"
 MANIFEST_ENTRIES = 64  # executables a launch reads ahead at most (``ExecutableStore.preload``)
 KEEP_ENVIRONMENTS = 4  # environment directories kept (most recently used); older ones removed
@@ -177,9 +177,10 @@ class ExecutableStore:
         self._writes: list[concurrent.futures.Future] = []
         # entries this process read or wrote, in order (``save_manifest``), and entries being
         # read ahead by ``preload`` (file name -> future of (key text, executable))
-        self._used: dict[str, None] = {}
+        self._used: dict[str, int] = {}  # name -> tier (``later``)
+        self._tier = threading.local()
         self._preloaded: dict[str, concurrent.futures.Future] = {}
-        self._readers: concurrent.futures.ThreadPoolExecutor | None = None
+        self._readers: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
 
     def flush(self) -> None:
         """Wait until every entry compiled so far is on disk."""
@@ -301,19 +302,26 @@ class ExecutableStore:
         if ahead is None and not file.exists():
             return None
         try:
-            stored_key, compiled = ahead.result() if ahead is not None else _read_entry(file)
+            stored_key, unfinished = ahead.result() if ahead is not None else _read_entry(file)
             if stored_key != key_text:
                 raise ValueError("key or format mismatch")
+            compiled = unfinished.finish()
         except Exception as exc:  # any damage: drop the entry, compile again
             log.warning("aot: removing unusable entry %s (%s: %s)", file, type(exc).__name__, exc)
             self.stats["bad_entries"] += 1
             file.unlink(missing_ok=True)
             return None
         self.stats["loaded" if ahead is None else "preloaded"] += 1
-        self._used[file.name] = None
+        self._mark_used(file.name)
         return compiled
 
     # -- reading a launch's executables ahead -------------------------------------------------
+    @property
+    def reading_ahead(self) -> bool:
+        """Whether ``preload`` found a record to read ahead (a warm start: what this process
+        is about to call was compiled by an earlier launch)."""
+        return self.stats["preload_started"] > 0
+
     def _manifest(self, tag: str) -> pathlib.Path:
         name = hashlib.sha256(tag.encode()).hexdigest()[:24]
         return self.directory / "manifests" / f"{name}.txt"
@@ -321,15 +329,19 @@ class ExecutableStore:
     def save_manifest(self, tag: str) -> None:
         """Record the entries this process used under ``tag`` (e.g. a checkpoint's path), so the
         next launch with that tag can read them ahead (``preload``). The record is the union with
-        the previous one (other options of the same engine), this process's entries first."""
+        the previous one (other options of the same engine), this process's entries first; each
+        line is ``name tier``: tier 2 for entries used only under ``later()`` (what a launch
+        needs after it is ready), 1 for the rest."""
         path = self._manifest(tag)
         names = dict(self._used)  # this process's: loaded, or written (maybe still pending)
         try:
             if path.exists():
-                earlier = path.read_text().split()
-                names.update((n, None) for n in earlier if (self.directory / n).exists())
+                for name, tier in _parse_manifest(path.read_text()):
+                    if name not in names and (self.directory / name).exists():
+                        names[name] = tier
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._write(path, "\n".join(list(names)[:MANIFEST_ENTRIES]).encode())
+            lines = [f"{n} {t}" for n, t in list(names.items())[:MANIFEST_ENTRIES]]
+            self._write(path, "\n".join(lines).encode())
         except OSError as exc:  # only the next launch's read-ahead is lost
             log.debug("aot: manifest %s: %s", path, exc)
 
@@ -338,26 +350,64 @@ class ExecutableStore:
 
         Deserializing an executable (XLA CPU links its machine code) costs a warm start more
         than anything else and releases the GIL, so it runs beside the imports and the
-        checkpoint read that precede the first call. A call whose entry is still being read
-        waits for it; one whose entry was never listed reads it as usual. Returns the number of
-        entries started."""
+        checkpoint read that precede the first call; it imports none of the caller's modules
+        (``_read_entry``), so it can start as soon as the store is enabled. Tier-1 entries (what
+        a launch needs to be ready) are read by up to 4 threads, the largest first (the longest
+        jobs first: the last reader to finish is then the one with the least left); tier-2
+        entries (used under ``later()``) by one thread at the lowest CPU priority, so they take
+        no CPU from getting ready. A call whose entry is still being read waits for it; one whose
+        entry was never listed reads it as usual. Entries already started or used are skipped,
+        so a second call with the same tag starts nothing. Returns the number of entries
+        started."""
         try:
-            names = self._manifest(tag).read_text().split()
+            listed = _parse_manifest(self._manifest(tag).read_text())
         except OSError:
             return 0
-        files = [self.directory / n for n in names if n.endswith(_SUFFIX)]
-        files = [f for f in files if f.name not in self._preloaded and f.exists()]
-        if not files:
-            return 0
-        if self._readers is None:
-            workers = max(1, min(4, os.cpu_count() or 1))
-            self._readers = concurrent.futures.ThreadPoolExecutor(
-                workers, thread_name_prefix="aot-read"
+        tiers: dict[int, dict[str, int]] = {1: {}, 2: {}}
+        for name, tier in listed:
+            if name in self._preloaded or name in self._used:
+                continue
+            try:
+                tiers[tier][name] = (self.directory / name).stat().st_size
+            except OSError:  # removed since the record was written
+                continue
+        started = 0
+        for tier, sizes in tiers.items():
+            pool = self._reader_pool(tier)
+            for name in sorted(sizes, key=sizes.get, reverse=True):
+                self._preloaded[name] = pool.submit(_read_entry, self.directory / name)
+                started += 1
+        self.stats["preload_started"] += started
+        return started
+
+    def _reader_pool(self, tier: int) -> concurrent.futures.ThreadPoolExecutor:
+        pool = self._readers.get(tier)
+        if pool is None:
+            if tier == 1:
+                workers, start = max(1, min(4, os.cpu_count() or 1)), None
+            else:
+                workers, start = 1, _lowest_priority
+            pool = concurrent.futures.ThreadPoolExecutor(
+                workers, thread_name_prefix=f"aot-read-{tier}", initializer=start
             )
-        for f in files:
-            self._preloaded[f.name] = self._readers.submit(_read_entry, f)
-        self.stats["preload_started"] += len(files)
-        return len(files)
+            self._readers[tier] = pool
+        return pool
+
+    @contextlib.contextmanager
+    def later(self) -> Iterator[None]:
+        """Entries first used within it (this thread) are recorded as tier 2: a later launch
+        reads them ahead after the rest, at the lowest priority (``preload``)."""
+        before = getattr(self._tier, "value", 1)
+        self._tier.value = 2
+        try:
+            yield
+        finally:
+            self._tier.value = before
+
+    def _mark_used(self, name: str) -> None:
+        tier = getattr(self._tier, "value", 1)
+        with self._lock:
+            self._used[name] = min(tier, self._used.get(name, tier))
 
     def _store(self, file: pathlib.Path, key_text: str, compiled: Any) -> None:
         """Serialize now (before the executable first runs: XLA CPU's sort, once run, could no
@@ -370,8 +420,7 @@ class ExecutableStore:
                 "format": FORMAT,
                 "key": key_text,
                 "executable": payload,
-                "in_tree": in_tree,
-                "out_tree": out_tree,
+                "trees": pickle.dumps((in_tree, out_tree), protocol=pickle.HIGHEST_PROTOCOL),
             }
             data = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # the executable still serves this process
@@ -379,7 +428,7 @@ class ExecutableStore:
             self.stats["write_errors"] += 1
             return
         self._writes.append(self._writer.submit(self._write, file, data))
-        self._used[file.name] = None
+        self._mark_used(file.name)
 
     def _write(self, file: pathlib.Path, data: bytes) -> None:
         try:
@@ -396,18 +445,48 @@ class ExecutableStore:
             self.stats["write_errors"] += 1
 
 
-def _read_entry(file: pathlib.Path) -> tuple[str | None, Any]:
-    """(the entry's key text, its loaded executable); raises on a damaged or foreign entry."""
-    from jax.experimental import serialize_executable
+def _parse_manifest(text: str) -> list[tuple[str, int]]:
+    """(entry name, tier) per line of a read-ahead record; a line without a tier is tier 1."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0].endswith(_SUFFIX):
+            out.append((parts[0], 2 if parts[1:2] == ["2"] else 1))
+    return out
 
+
+def _lowest_priority() -> None:
+    """Run the calling thread at the lowest CPU priority (Linux: a thread's own nice value)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+
+
+def _read_entry(file: pathlib.Path) -> tuple[str | None, _Unfinished]:
+    """(the entry's key text, its executable loaded but without its tree definitions); raises
+    on a damaged or foreign entry. Imports nothing of the caller's: the trees, whose node
+    types name its modules, are unpickled by ``_Unfinished.finish`` in the calling thread."""
     with open(file, "rb") as f:
-        record = pickle.load(f)
+        record = pickle.load(f)  # str and bytes only
     if record.get("format") != FORMAT:
         raise ValueError(f"format {record.get('format')!r}, expected {FORMAT}")
-    compiled = serialize_executable.deserialize_and_load(
-        record["executable"], record["in_tree"], record["out_tree"]
-    )
-    return record.get("key"), compiled
+    loaded = compat.load_serialized_executable(record["executable"])
+    return record.get("key"), _Unfinished(loaded, record["trees"])
+
+
+@dataclasses.dataclass
+class _Unfinished:
+    """A loaded executable (``compat.load_serialized_executable``) and its pickled trees."""
+
+    loaded: tuple[Any, list, bool]
+    trees: bytes
+
+    def finish(self) -> Any:
+        executable, args_info_flat, no_kwargs = self.loaded
+        in_tree, out_tree = pickle.loads(self.trees)
+        args_info = in_tree.unflatten(args_info_flat)
+        return compat.compiled_from_loaded(executable, args_info, out_tree, no_kwargs)
 
 
 _WARMING = threading.local()

@@ -71,6 +71,35 @@ def cudnn_compute_capability(capability: str) -> Iterator[None]:
         fa.check_compute_capability, fa.is_cuda_compute_capability_equal = saved
 
 
+def load_serialized_executable(payload: bytes) -> tuple[Any, list, bool]:
+    """The first half of ``jax.experimental.serialize_executable.deserialize_and_load``: the
+    executable in ``payload`` (``serialize``'s bytes) loaded onto the default backend, with its
+    flat argument infos and its ``no_kwargs`` flag; ``compiled_from_loaded`` is the second half.
+
+    ``deserialize_and_load`` needs the input and output tree definitions up front, and
+    unpickling those imports the modules their node types live in; split, the costly part (XLA
+    loading the machine code, which releases the GIL) runs in a thread before those modules are
+    imported (``aot``'s read-ahead at engine start), and the trees are read later.
+    """
+    import io
+
+    import jax
+    from jax.experimental import serialize_executable
+
+    backend = jax.devices()[0].client
+    unpickler = serialize_executable._JaxPjrtUnpickler(io.BytesIO(payload), backend)
+    unloaded, args_info_flat, no_kwargs = unpickler.load()
+    return unloaded.load(), args_info_flat, no_kwargs
+
+
+def compiled_from_loaded(loaded: Any, args_info: Any, out_tree: Any, no_kwargs: bool) -> Any:
+    """A ``jax.stages.Compiled`` around an executable of ``load_serialized_executable``, as
+    ``deserialize_and_load`` builds it."""
+    import jax
+
+    return jax.stages.Compiled(loaded, [], args_info, out_tree, no_kwargs=no_kwargs)
+
+
 def _capability(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split("."))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import logging
 import os
 import sys
@@ -73,10 +74,22 @@ def main(argv: list[str] | None = None) -> int:
                 enable_compilation_cache(args.compile_cache)
             except OSError as exc:  # the engine still works, it only compiles again next time
                 print(f"warning: {exc}; compiling without a persistent cache", file=sys.stderr)
+            else:
+                from allie_jax import aot
+
+                # the last launches' executables load in threads while the engine's modules
+                # import and the weights are read (Allie.load asks again: nothing restarts)
+                aot.preload(args.checkpoint)
         if maia:
             from allie_jax.baselines.maia_uci import load_maia_uci
 
             return load_maia_uci(args.checkpoint)
+        from allie_jax.model.checkpoint import load_model
+
+        # the weights are read while the engine's modules (the chess rules, the search) import
+        weights = concurrent.futures.ThreadPoolExecutor(1, "allie-weights")
+        model = weights.submit(load_model, args.checkpoint)
+        weights.shutdown(wait=False)
         from allie_jax.engine import api
         from allie_jax.engine.api import Allie
 
@@ -84,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         # background (off by default: that compile competes with the first game's moves)
         allie = Allie.load(
             args.checkpoint,
+            model=model.result(),
             defer_long_shapes=args.defer_long_shapes,
             leaf_batch=api.PLAY_LEAF_BATCH,
         )

@@ -157,6 +157,8 @@ def test_engine_restart_loads_every_program_and_a_move_compiles_nothing(tmp_path
         "from allie_jax.game import Game\n"
         "a = Allie.load(sys.argv[1])\n"
         "a.warmup('search', 1, mean_sims=4, max_sims=4)\n"
+        "if a.long_warmup is not None:  # a warm start loads long games' shapes after it\n"
+        "    a.long_warmup.join()\n"
         "import jax\n"
         "events = []\n"
         "jax.monitoring.register_event_duration_secs_listener(\n"

@@ -95,3 +95,39 @@ def test_errors_name_the_path_and_problem(model, tmp_path):
     del params["ln_f"]
     with pytest.raises(ckpt.CheckpointError, match="missing"):
         ckpt.model_from_params(model.config, params)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        ModelConfig.named("tiny"),
+        ModelConfig.named("tiny", scan_layers=True),
+        "board_tiny",
+    ],
+    ids=["decoder", "decoder-scanned", "board"],
+)
+def test_abstract_model_matches_the_traced_random_init(config):
+    """``abstract_model`` traces under ``shapes_only`` (no random init): every variable's
+    path, shape, dtype, type and sharding metadata must be those of ``nnx.eval_shape`` of the
+    family's real ``build``."""
+    from allie_jax.model import family as family_lib
+    from allie_jax.model.board_transformer import BoardConfig
+
+    if config == "board_tiny":
+        config = BoardConfig.named("board_tiny")
+    family = family_lib.of_model_config(config)
+    real = nnx.eval_shape(lambda: family.build(config, 0))
+    cheap = ckpt.abstract_model(config)
+
+    def describe(model):
+        _, state = nnx.split(model)
+        out = {}
+        for path, var in nnx.to_flat_state(state):
+            meta = {k: v for k, v in var.get_metadata().items() if k != "value"}
+            out[path] = (type(var).__name__, var.shape, str(var.dtype), repr(sorted(meta.items())))
+        return out
+
+    want, got = describe(real), describe(cheap)
+    assert want.keys() == got.keys()
+    assert want == got
+    assert sum(k[0] == "Param" for k in got.values()) > 10

@@ -30,6 +30,7 @@ batch 1) can meet, so no move ever waits for the compiler.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -218,8 +219,11 @@ class Allie(player.PlayerBase):
             self._forward.fix_shapes()
 
     @classmethod
-    def load(cls, checkpoint: str | pathlib.Path, **kwargs: Any) -> Allie:
-        """Load a checkpoint directory (``config.json`` + ``params``) or a training workdir."""
+    def load(cls, checkpoint: str | pathlib.Path, *, model: Any = None, **kwargs: Any) -> Allie:
+        """Load a checkpoint directory (``config.json`` + ``params``) or a training workdir.
+
+        ``model``: that checkpoint's model, already read by the caller (``launch.uci`` reads
+        the weights in a thread while this module imports)."""
         from etils import epath
 
         from allie_jax.model.checkpoint import load_model
@@ -228,10 +232,9 @@ class Allie(player.PlayerBase):
         if not path.exists():
             raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
         # the executables this model's last launches used load (in background threads) while
-        # its weights are read; not before this module's imports: unpickling an entry imports
-        # the modules its pytrees name, which must not race the main thread's importing them
+        # its weights are read (a no-op when the caller already started them)
         aot.preload(checkpoint)
-        allie = cls(load_model(path), **kwargs)
+        allie = cls(load_model(path) if model is None else model, **kwargs)
         allie.source = aot.source_tag(checkpoint)
         return allie
 
@@ -279,7 +282,11 @@ class Allie(player.PlayerBase):
         process loads these instead of compiling them. With ``defer_long_shapes`` it returns once
         the shapes of games within the shortest cache width are compiled; those of longer games
         (the wider cache, the direct pass over the whole context) compile in the background
-        thread ``long_warmup``, started here.
+        thread ``long_warmup``, started here. A warm start (the executable store is reading
+        ahead what this model's last launches used: ``aot.preload``) defers them the same way:
+        there they only load (about a second of CPU, at the lowest priority, done long before
+        a game reaches ~120 plies), which is ~40% of what a warm ``readyok`` would otherwise
+        wait for.
         """
         with aot.compile_only():  # synthetic inputs: their executables matter, not outputs
             return self._warmup(preset, batch_size, overrides)
@@ -293,8 +300,10 @@ class Allie(player.PlayerBase):
         roots = searcher.roots
         long_widths: tuple[int, ...] = ()
         lengths = self._forward.lengths
-        # only the decoder's roots (``prefill.DecoderRoots``) compile per cache width
-        if self.defer_long_shapes and not self.reads_boards:
+        store = aot.active_store()
+        # only the decoder's roots (``prefill.DecoderRoots``) compile per cache width; a game
+        # within the shortest width meets neither the wider ones nor the longest direct pass
+        if not self.reads_boards:
             max_len = self.model.config.max_len
             widths = tuple(w for w in roots.replay_widths() if w <= max_len)
             long_widths = widths[1:]
@@ -312,7 +321,8 @@ class Allie(player.PlayerBase):
         # the root prior's few eager ops (``predict``), so the first move's prior compiles none
         self.predict([Game(moves=["e2e4"], white_elo=1500, black_elo=1500)] * batch_size)
         rest = self._forward.lengths[len(lengths) :]
-        if long_widths or rest:
+        defer = self.defer_long_shapes or (store is not None and store.reading_ahead)
+        if (long_widths or rest) and defer:
             self.long_warmup = threading.Thread(
                 target=self._warm_long,
                 args=(config, batch_size, long_widths, rest),
@@ -320,7 +330,9 @@ class Allie(player.PlayerBase):
                 daemon=True,
             )
             self.long_warmup.start()
-        store = aot.active_store()
+        elif long_widths or rest:
+            with _later(store):
+                calls += self._warm_long_shapes(config, batch_size, long_widths, rest)
         if store is not None and self.source is not None:
             store.save_manifest(self.source)  # the next launch reads these ahead
         return calls + 1
@@ -351,15 +363,20 @@ class Allie(player.PlayerBase):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         except (AttributeError, OSError):
             pass
+        store = aot.active_store()
         try:
-            with aot.compile_only():
+            with aot.compile_only(), _later(store):
                 self._warm_long_shapes(config, batch_size, widths, lengths)
         except Exception:  # noqa: BLE001 - a background compile must never end the engine
             log.warning("warm-up of long games' shapes failed", exc_info=True)
+        if store is not None and self.source is not None:
+            store.save_manifest(self.source)  # what it compiled, for the next launch
 
     def _warm_long_shapes(
         self, config: SearchConfig, batch_size: int, widths: tuple[int, ...], lengths: tuple
-    ) -> None:
+    ) -> int:
+        """The shapes only games past the shortest cache width meet; returns the calls made."""
+        calls = 0
         if widths:
             factory = self._searcher_factory
             if factory is None:
@@ -368,10 +385,12 @@ class Allie(player.PlayerBase):
                 factory = functools.partial(Searcher, fixed_shapes=True)
             searcher = factory(self.model, config)
             searcher.roots.warm_widths = widths
-            searcher.warmup(batch_size)
+            calls += searcher.warmup(batch_size)
         batch = decision.next_pow2(batch_size)
         for length in lengths:
             self._warm_forward(length, batch, config)
+            calls += 2
+        return calls
 
     @property
     def search_stats(self) -> collections.Counter:
@@ -691,6 +710,11 @@ class Allie(player.PlayerBase):
                 )
             )
         return out
+
+
+def _later(store: aot.ExecutableStore | None) -> contextlib.AbstractContextManager:
+    """``store.later()`` (executables a launch needs only after it is ready), or nothing."""
+    return contextlib.nullcontext() if store is None else store.later()
 
 
 def _play_keys(rng: Any) -> tuple[jax.Array, jax.Array]:

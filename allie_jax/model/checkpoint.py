@@ -40,7 +40,7 @@ from flax import nnx
 from allie_jax.data.paths import as_path, is_remote, local_copy
 from allie_jax.model import family as family_lib
 from allie_jax.model.config import ModelConfig
-from allie_jax.model.transformer import AllieModel
+from allie_jax.model.transformer import AllieModel, shapes_only
 
 CONFIG_FILE = "config.json"
 PARAMS_DIR = "params"
@@ -56,22 +56,26 @@ class CheckpointError(ValueError):
 def abstract_model(config: Any) -> Any:
     """A model of ``config``'s family whose parameters are shapes only (no memory, no init).
 
-    A new object each call, from one traced construction per config: tracing the random init
-    is most of a checkpoint load (for each parameter JAX builds an error message that walks
-    the whole trace so far), and a load needs the abstract model twice.
+    A new object each call, from one traced construction per config (a load needs the abstract
+    model twice), traced under ``shapes_only``: tracing the random init itself would be most of
+    a checkpoint load.
     """
     try:
         graphdef, state = _abstract_parts(config)
     except TypeError:  # an unhashable config: trace it every time
-        family = family_lib.of_model_config(config)
-        return nnx.eval_shape(lambda: family.build(config, 0))
+        return _traced_abstract_model(config)
     return nnx.merge(graphdef, jax.tree.map(lambda x: x, state))
 
 
 @functools.lru_cache(maxsize=8)
 def _abstract_parts(config: Any) -> tuple[Any, Any]:
+    return nnx.split(_traced_abstract_model(config))
+
+
+def _traced_abstract_model(config: Any) -> Any:
     family = family_lib.of_model_config(config)
-    return nnx.split(nnx.eval_shape(lambda: family.build(config, 0)))
+    with shapes_only():  # no random init traced: see ``transformer.shapes_only``
+        return nnx.eval_shape(lambda: family.build(config, 0))
 
 
 def abstract_params(config: ModelConfig) -> dict:

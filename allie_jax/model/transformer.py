@@ -21,8 +21,10 @@ Layout choices, and why:
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 
 import flax.struct
 import jax
@@ -59,6 +61,28 @@ class ModelOutputs:
     value: Array  # float32 [B, T], tanh, White's view
 
 
+_SHAPES_ONLY = threading.local()
+
+
+@contextlib.contextmanager
+def shapes_only() -> Iterator[None]:
+    """Within it (this thread), ``param`` makes zeros instead of drawing from its initializer.
+
+    For an ``nnx.eval_shape`` whose values are thrown away (a checkpoint's abstract tree): each
+    initializer call advances the Rngs' counter, a traced value that flax then asks for its
+    sharding, and JAX's answer (an error message) walks the whole trace so far, so tracing a
+    model's random init grows with the square of its parameter count (~1 s of every 124M load).
+    Names, shapes, dtypes and sharding metadata are the same; the random streams are not
+    advanced (a loaded model's are given fresh keys anyway).
+    """
+    before = getattr(_SHAPES_ONLY, "on", False)
+    _SHAPES_ONLY.on = True
+    try:
+        yield
+    finally:
+        _SHAPES_ONLY.on = before
+
+
 def param(
     rngs: nnx.Rngs,
     init,
@@ -67,8 +91,12 @@ def param(
     dtype,
 ) -> nnx.Param:
     """A parameter tagged with logical axis names (no eager sharding: the mesh is the trainer's)."""
+    if getattr(_SHAPES_ONLY, "on", False):
+        value = jnp.zeros(tuple(shape), dtype)
+    else:
+        value = init(rngs.params(), tuple(shape), dtype)
     return nnx.Param(
-        init(rngs.params(), tuple(shape), dtype),
+        value,
         out_sharding=tuple(names),
         eager_sharding=False,
     )
