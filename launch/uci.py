@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="answer readyok once the shapes of games up to ~120 plies are compiled and compile "
         "longer games' in the background (a GUI that waits under a minute for readyok); that "
-        "compile competes with the first game's moves for the CPU, so it is off by default",
+        "compile competes with the first game's moves for the CPU, so it is off by default (a "
+        "warm launch, whose programs load from --compile-cache, defers their loading always)",
     )
     args = parser.parse_args(argv)
     # Only light checks here: the engine must answer `uci` within a second, so JAX, the model
