@@ -42,6 +42,7 @@ import jax
 import numpy as np
 
 from allie_jax import compat
+from allie_jax.thread_flag import ThreadFlag
 
 FORMAT = 2  # 2: the tree definitions pickled apart from the executable
 _SUFFIX = ".exe"
@@ -251,7 +252,7 @@ class ExecutableStore:
             entry = self._entry(fn, static, dynamic, memory_key)
         if entry.compiled is None:
             return fn.jitted(*args, **kwargs)
-        if getattr(_WARMING, "on", False):
+        if _WARMING.on:
             self.stats["not_run"] += 1
             return _placeholder_outputs(entry.compiled)
         try:
@@ -489,7 +490,7 @@ class _Unfinished:
         return compat.compiled_from_loaded(executable, args_info, out_tree, no_kwargs)
 
 
-_WARMING = threading.local()
+_WARMING = ThreadFlag()
 
 
 @contextlib.contextmanager
@@ -501,12 +502,8 @@ def compile_only():
     matter, so running them (a whole-context pass of a large model takes seconds) is waste.
     Calls that go through plain ``jax.jit`` (no store, an unstorable call) still run.
     """
-    before = getattr(_WARMING, "on", False)
-    _WARMING.on = True
-    try:
+    with _WARMING.raised():
         yield
-    finally:
-        _WARMING.on = before
 
 
 def _placeholder_outputs(compiled: Any) -> Any:

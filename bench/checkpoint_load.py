@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
+import worktrees  # noqa: E402  (bench/worktrees.py)
 from readyok import save_random  # noqa: E402  (bench/readyok.py)
 
 _CHILD = """
@@ -52,34 +52,13 @@ def load_once(tree: Path, checkpoint: str) -> tuple[float, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--before", required=True, help="git revision of the 'before' tree")
-    p.add_argument("--after", default="HEAD", help="git revision of the 'after' tree")
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", help="a model dir or training workdir")
-    source.add_argument("--size", help="a ModelConfig.named size, saved with random weights")
+    worktrees.add_arguments(p)
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
+    revisions = {"before": args.before, "after": args.after}
     with tempfile.TemporaryDirectory(prefix="checkpoint_load_") as tmp:
         root = Path(tmp)
-        trees = {}
-        for name, rev in (("before", args.before), ("after", args.after)):
-            trees[name] = root / name
-            subprocess.run(
-                [
-                    "git",
-                    "-C",
-                    str(REPO),
-                    "worktree",
-                    "add",
-                    "-f",
-                    "--detach",
-                    str(trees[name]),
-                    rev,
-                ],
-                check=True,
-                capture_output=True,
-            )
-        try:
+        with worktrees.checked_out(revisions, root) as trees:
             checkpoint = args.checkpoint or str(save_random(args.size, root / "model"))
             walls: dict[str, list[float]] = {name: [] for name in trees}
             loads = []
@@ -91,21 +70,8 @@ def main() -> None:
                     print(
                         f"round {r} {name}: load_model {wall:.2f} s (CPU {cpu:.2f} s)", flush=True
                     )
-            for name, rev in (("before", args.before), ("after", args.after)):
-                w = walls[name]
-                print(
-                    f"{name} ({rev}): first load median {statistics.median(w):.2f} s "
-                    f"({min(w):.2f}-{max(w):.2f})"
-                )
-            ratios = [b / a for b, a in zip(walls["before"], walls["after"], strict=True)]
-            print("before/after per round: " + " ".join(f"{x:.2f}" for x in ratios))
+            worktrees.report("first load", walls, revisions)
             print(f"load average {min(loads):.2f}-{max(loads):.2f}")
-        finally:
-            for tree in trees.values():
-                subprocess.run(
-                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
-                    capture_output=True,
-                )
 
 
 if __name__ == "__main__":

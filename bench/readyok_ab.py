@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,42 +24,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
+import worktrees  # noqa: E402  (bench/worktrees.py)
 from readyok import launch, save_random  # noqa: E402  (bench/readyok.py)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--before", required=True, help="git revision of the 'before' tree")
-    p.add_argument("--after", default="HEAD", help="git revision of the 'after' tree")
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", help="a model dir or training workdir")
-    source.add_argument("--size", help="a ModelConfig.named size, saved with random weights")
+    worktrees.add_arguments(p)
     p.add_argument("--kind", choices=("warm", "cold"), default="warm")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--mode", default="adaptive")
     p.add_argument("--leaf-batch", type=int, default=16)
     args = p.parse_args()
+    revisions = {"before": args.before, "after": args.after}
     with tempfile.TemporaryDirectory(prefix="readyok_ab_") as tmp:
         root = Path(tmp)
-        trees = {}
-        for name, rev in (("before", args.before), ("after", args.after)):
-            trees[name] = root / name
-            subprocess.run(
-                [
-                    "git",
-                    "-C",
-                    str(REPO),
-                    "worktree",
-                    "add",
-                    "-f",
-                    "--detach",
-                    str(trees[name]),
-                    rev,
-                ],
-                check=True,
-                capture_output=True,
-            )
-        try:
+        with worktrees.checked_out(revisions, root) as trees:
             checkpoint = args.checkpoint or str(save_random(args.size, root / "model"))
             times: dict[str, list[float]] = {name: [] for name in trees}
             if args.kind == "warm":
@@ -83,19 +61,7 @@ def main() -> None:
                     )
                     if args.kind == "cold":
                         shutil.rmtree(cache, ignore_errors=True)
-            for name, values in times.items():
-                print(
-                    f"{name} ({getattr(args, name)}): {args.kind} readyok median "
-                    f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
-                )
-            ratios = [b / a for b, a in zip(times["before"], times["after"], strict=True)]
-            print("before/after per round:", " ".join(f"{x:.2f}" for x in ratios))
-        finally:
-            for tree in trees.values():
-                subprocess.run(
-                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
-                    capture_output=True,
-                )
+            worktrees.report(f"{args.kind} readyok", times, revisions)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import flax.struct
@@ -36,6 +35,7 @@ from allie_jax.model import attention as attn
 from allie_jax.model import sharding as sh
 from allie_jax.model.config import ModelConfig
 from allie_jax.model.kv_cache import KVCache
+from allie_jax.thread_flag import ThreadFlag
 
 Array = jax.Array
 
@@ -61,7 +61,7 @@ class ModelOutputs:
     value: Array  # float32 [B, T], tanh, White's view
 
 
-_SHAPES_ONLY = threading.local()
+_SHAPES_ONLY = ThreadFlag()
 
 
 @contextlib.contextmanager
@@ -75,12 +75,8 @@ def shapes_only() -> Iterator[None]:
     Names, shapes, dtypes and sharding metadata are the same; the random streams are not
     advanced (a loaded model's are given fresh keys anyway).
     """
-    before = getattr(_SHAPES_ONLY, "on", False)
-    _SHAPES_ONLY.on = True
-    try:
+    with _SHAPES_ONLY.raised():
         yield
-    finally:
-        _SHAPES_ONLY.on = before
 
 
 def param(
@@ -91,7 +87,7 @@ def param(
     dtype,
 ) -> nnx.Param:
     """A parameter tagged with logical axis names (no eager sharding: the mesh is the trainer's)."""
-    if getattr(_SHAPES_ONLY, "on", False):
+    if _SHAPES_ONLY.on:
         value = jnp.zeros(tuple(shape), dtype)
     else:
         value = init(rngs.params(), tuple(shape), dtype)
