@@ -378,12 +378,7 @@ class Allie(player.PlayerBase):
         """The shapes only games past the shortest cache width meet; returns the calls made."""
         calls = 0
         if widths:
-            factory = self._searcher_factory
-            if factory is None:
-                from allie_jax.search import Searcher
-
-                factory = functools.partial(Searcher, fixed_shapes=True)
-            searcher = factory(self.model, config)
+            searcher = self._new_searcher(config)
             searcher.roots.warm_widths = widths
             calls += searcher.warmup(batch_size)
         batch = decision.next_pow2(batch_size)
@@ -489,13 +484,19 @@ class Allie(player.PlayerBase):
     def _searcher(self, config: Any) -> Any:
         key = repr(config)
         if key not in self._searchers:
-            factory = self._searcher_factory
-            if factory is None:
-                from allie_jax.search import Searcher
-
-                factory = functools.partial(Searcher, fixed_shapes=self.fixed_shapes)
-            self._searchers[key] = factory(self.model, config)
+            self._searchers[key] = self._new_searcher(config)
         return self._searchers[key]
+
+    def _new_searcher(self, config: Any) -> Any:
+        """A Searcher of this model's family (its ``searcher_factory``, the decoder's by default)
+        with this Allie's ``fixed_shapes``: the closed shape set ``warmup`` compiles holds for
+        every family (the board family's roots then replay at two widths, not seven)."""
+        factory = self._searcher_factory
+        if factory is None:
+            from allie_jax.search import Searcher
+
+            factory = Searcher
+        return factory(self.model, config, fixed_shapes=self.fixed_shapes)
 
     def play(
         self,
