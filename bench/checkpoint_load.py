@@ -17,14 +17,12 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 import worktrees  # noqa: E402  (bench/worktrees.py)
-from readyok import save_random  # noqa: E402  (bench/readyok.py)
 
 _CHILD = """
 import sys, time
@@ -56,22 +54,17 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
     revisions = {"before": args.before, "after": args.after}
-    with tempfile.TemporaryDirectory(prefix="checkpoint_load_") as tmp:
-        root = Path(tmp)
-        with worktrees.checked_out(revisions, root) as trees:
-            checkpoint = args.checkpoint or str(save_random(args.size, root / "model"))
-            walls: dict[str, list[float]] = {name: [] for name in trees}
-            loads = []
-            for r in range(args.rounds):
-                for name, tree in trees.items():
-                    wall, cpu = load_once(tree, checkpoint)
-                    walls[name].append(wall)
-                    loads.append(os.getloadavg()[0])
-                    print(
-                        f"round {r} {name}: load_model {wall:.2f} s (CPU {cpu:.2f} s)", flush=True
-                    )
-            worktrees.report("first load", walls, revisions)
-            print(f"load average {min(loads):.2f}-{max(loads):.2f}")
+    with worktrees.benchmark_setup(args, "checkpoint_load_") as (root, trees, checkpoint):
+        walls: dict[str, list[float]] = {name: [] for name in trees}
+        loads = []
+        for r in range(args.rounds):
+            for name, tree in trees.items():
+                wall, cpu = load_once(tree, checkpoint)
+                walls[name].append(wall)
+                loads.append(os.getloadavg()[0])
+                print(f"round {r} {name}: load_model {wall:.2f} s (CPU {cpu:.2f} s)", flush=True)
+        worktrees.report("first load", walls, revisions)
+        print(f"load average {min(loads):.2f}-{max(loads):.2f}")
 
 
 if __name__ == "__main__":

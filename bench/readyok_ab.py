@@ -18,14 +18,13 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 import worktrees  # noqa: E402  (bench/worktrees.py)
-from readyok import launch, save_random  # noqa: E402  (bench/readyok.py)
+from readyok import launch  # noqa: E402  (bench/readyok.py)
 
 
 def main() -> None:
@@ -37,31 +36,28 @@ def main() -> None:
     p.add_argument("--leaf-batch", type=int, default=16)
     args = p.parse_args()
     revisions = {"before": args.before, "after": args.after}
-    with tempfile.TemporaryDirectory(prefix="readyok_ab_") as tmp:
-        root = Path(tmp)
-        with worktrees.checked_out(revisions, root) as trees:
-            checkpoint = args.checkpoint or str(save_random(args.size, root / "model"))
-            times: dict[str, list[float]] = {name: [] for name in trees}
-            if args.kind == "warm":
-                for name, tree in trees.items():
-                    cache = root / f"cache-{name}"
-                    ready, go = launch(checkpoint, args.mode, cache, args.leaf_batch, tree)
-                    print(f"{name}: first launch {ready:.2f} s (fills its cache dir)", flush=True)
-            for r in range(args.rounds):
-                for name, tree in trees.items():
-                    cache = root / f"cache-{name}"
-                    if args.kind == "cold":
-                        cache = root / f"cold-{name}-{r}"
-                    ready, go = launch(checkpoint, args.mode, cache, args.leaf_batch, tree)
-                    times[name].append(ready)
-                    print(
-                        f"round {r} {name}: {args.kind} readyok {ready:.2f} s, go {go:.3f} s, "
-                        f"load {os.getloadavg()[0]:.2f}",
-                        flush=True,
-                    )
-                    if args.kind == "cold":
-                        shutil.rmtree(cache, ignore_errors=True)
-            worktrees.report(f"{args.kind} readyok", times, revisions)
+    with worktrees.benchmark_setup(args, "readyok_ab_") as (root, trees, checkpoint):
+        times: dict[str, list[float]] = {name: [] for name in trees}
+        if args.kind == "warm":
+            for name, tree in trees.items():
+                cache = root / f"cache-{name}"
+                ready, go = launch(checkpoint, args.mode, cache, args.leaf_batch, tree)
+                print(f"{name}: first launch {ready:.2f} s (fills its cache dir)", flush=True)
+        for r in range(args.rounds):
+            for name, tree in trees.items():
+                cache = root / f"cache-{name}"
+                if args.kind == "cold":
+                    cache = root / f"cold-{name}-{r}"
+                ready, go = launch(checkpoint, args.mode, cache, args.leaf_batch, tree)
+                times[name].append(ready)
+                print(
+                    f"round {r} {name}: {args.kind} readyok {ready:.2f} s, go {go:.3f} s, "
+                    f"load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
+                if args.kind == "cold":
+                    shutil.rmtree(cache, ignore_errors=True)
+        worktrees.report(f"{args.kind} readyok", times, revisions)
 
 
 if __name__ == "__main__":

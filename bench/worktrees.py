@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import statistics
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,6 +52,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", help="a model dir or training workdir")
     source.add_argument("--size", help="a ModelConfig.named size, saved with random weights")
+
+
+@contextlib.contextmanager
+def benchmark_setup(
+    args: argparse.Namespace, prefix: str
+) -> Iterator[tuple[Path, dict[str, Path], str]]:
+    """What every A/B benchmark here starts from: a temporary directory, the ``--before`` and
+    ``--after`` trees checked out in it, and the model (``--checkpoint``, or a ``--size``-shaped
+    one saved there with random weights). Yields ``(root, {name: tree}, checkpoint)``."""
+    from readyok import save_random  # bench/readyok.py (on the path of every bench script)
+
+    revisions = {"before": args.before, "after": args.after}
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        root = Path(tmp)
+        with checked_out(revisions, root) as trees:
+            yield root, trees, args.checkpoint or str(save_random(args.size, root / "model"))
 
 
 def report(what: str, seconds: dict[str, list[float]], revisions: dict[str, str]) -> None:
