@@ -16,8 +16,9 @@ after/before, and the 1-minute load average over the row's rounds.
 ``--leaf_batch K`` runs the "after" side with K leaves per game per step (every family takes
 it; the "before" side always runs one leaf, as older revisions only could).
 
-Models are random-initialised (`tiny` decoder, `board_tiny`; speed does not depend on the weights) except Maia, read from
-``--maia_dir`` (maia-1500). Run under ``flock /work/bench.lock`` on a shared machine.
+Models are random-initialised (speed does not depend on the weights): the `tiny` decoder (or
+``--allie_size small``, ``bench/search.py``'s size; ``--preset`` picks its search preset),
+`board_tiny`; Maia is read from ``--maia_dir`` (maia-1500). Run under ``flock /work/bench.lock`` on a shared machine.
 """
 
 from __future__ import annotations
@@ -68,9 +69,25 @@ def positions(ply: int, count: int):
     return out
 
 
-def runner(pkg: str, family: str, batch: int, sims: int, maia_dir: str, leaf_batch: int = 1):
+# The decoder's sizes here: the ``tiny`` preset, or ``bench/search.py``'s ``small`` (written out,
+# so revisions that predate it build the same model).
+ALLIE_SIZES = {"tiny": None, "small": dict(num_layers=4, embed_dim=256, num_heads=8, max_len=1024)}
+
+
+def runner(
+    pkg: str,
+    family: str,
+    batch: int,
+    sims: int,
+    maia_dir: str,
+    leaf_batch: int = 1,
+    *,
+    allie_size: str = "tiny",
+    preset: str = "search",
+):
     """A function ``rng -> simulations run`` searching ``batch`` positions with package ``pkg``
-    (``leaf_batch`` K: leaves per game per step; 1 passes nothing, for older revisions)."""
+    (``leaf_batch`` K: leaves per game per step; 1 passes nothing, for older revisions;
+    ``allie_size`` and ``preset``: the decoder's model and search preset)."""
     k = {} if leaf_batch == 1 else {"leaf_batch": leaf_batch}
     from flax import nnx
 
@@ -98,9 +115,11 @@ def runner(pkg: str, family: str, batch: int, sims: int, maia_dir: str, leaf_bat
     if family == "allie":
         tr = importlib.import_module(f"{pkg}.model.transformer")
         cfg = importlib.import_module(f"{pkg}.model.config").ModelConfig
-        model = tr.AllieModel(cfg.named("tiny"), rngs=nnx.Rngs(0))
+        fields = ALLIE_SIZES[allie_size]
+        model_config = cfg.named("tiny") if fields is None else cfg(**fields)
+        model = tr.AllieModel(model_config, rngs=nnx.Rngs(0))
         searcher = importlib.import_module(f"{pkg}.search.searcher").Searcher(
-            model, search_config.preset("search", mean_sims=sims, **k)
+            model, search_config.preset(preset, mean_sims=sims, **k)
         )
 
         def run(r):
@@ -137,6 +156,8 @@ def main() -> None:
         "--leaf_batch", type=int, default=1, help="K leaves per game per step ('after' only)"
     )
     p.add_argument("--maia_dir", default=os.environ.get("MAIA_DIR", "/work/shared/models/maia1"))
+    p.add_argument("--allie_size", choices=sorted(ALLIE_SIZES), default="tiny")
+    p.add_argument("--preset", default="search", help="the decoder's search preset (allie only)")
     args = p.parse_args()
     if args.rounds < 1 or args.sims < 1 or min(args.batches) < 1 or args.leaf_batch < 1:
         sys.exit("--rounds, --sims, --leaf_batch and every --batches must be at least 1")
@@ -144,10 +165,13 @@ def main() -> None:
     rows = []
     for family in args.families:
         for batch in args.batches:
+            decoder = dict(allie_size=args.allie_size, preset=args.preset)
             fns = {
-                "before": runner("allie_jax_old", family, batch, args.sims, args.maia_dir),
+                "before": runner(
+                    "allie_jax_old", family, batch, args.sims, args.maia_dir, **decoder
+                ),
                 "after": runner(
-                    "allie_jax", family, batch, args.sims, args.maia_dir, args.leaf_batch
+                    "allie_jax", family, batch, args.sims, args.maia_dir, args.leaf_batch, **decoder
                 ),
             }
             for fn in fns.values():
