@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -140,14 +140,46 @@ def mctx_seq_halving() -> Any:
     return seq_halving
 
 
+class _ModuleOnFirstUse:
+    """A module imported at its first attribute access instead of where it is named.
+
+    ``load`` runs once (the import system's lock makes a second thread wait for the first)."""
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self.__dict__["_load"] = load
+        self.__dict__["_module"] = None
+
+    def __getattr__(self, name: str) -> Any:
+        module = self.__dict__["_module"]
+        if module is None:
+            module = self.__dict__["_module"] = self.__dict__["_load"]()
+        return getattr(module, name)
+
+
+def _import_pgx_chess() -> Any:
+    _pinned("pgx")
+    import jax
+
+    # pgx builds its move tables with eager JAX at import; the first use may come while a caller
+    # traces (chess_jax inside jit), where those operations would be staged into that trace and
+    # the tables would be tracers: they run eagerly, whatever is being traced
+    with jax.ensure_compile_time_eval():
+        from pgx._src.games import chess
+    return chess
+
+
+_PGX_CHESS = _ModuleOnFirstUse(_import_pgx_chess)
+
+
 def pgx_chess() -> Any:
     """``pgx._src.games.chess``: pgx's jittable chess state, move application and attack tests
     (``_apply_move``, ``_is_attacked``, ``_is_checked``, the move tables). pgx's public ``Chess``
-    env steps whole environments with its own observation; ``chess_jax`` needs the rules alone."""
-    _pinned("pgx")
-    from pgx._src.games import chess
+    env steps whole environments with its own observation; ``chess_jax`` needs the rules alone.
 
-    return chess
+    Imported at its first use, not when ``chess_jax`` is: its tables are ~0.4 s of eager JAX at
+    import, which an engine starting from stored executables (``aot``) never needs, since it
+    traces no chess rules."""
+    return _PGX_CHESS
 
 
 _CHESS_CHECKED: list[bool] = []  # python-chess's version is checked once per process

@@ -383,3 +383,57 @@ def test_bad_inputs_are_rejected():
         chess_jax.board_to_move_ids(chess.Board("8/8/8/8/8/8/8/K6k w - - 0 1"))
     with pytest.raises(ValueError, match="vocabulary"):
         chess_jax.uci_to_move_ids(["e2e4", "a1a1"])
+
+
+_FIRST_USE_IN_A_TRACE = r"""
+import sys
+
+import chess
+import jax
+import numpy as np
+
+from allie_jax import chess_jax, vocab
+
+assert "pgx._src.games.chess" not in sys.modules, "chess_jax imported pgx's rules at import"
+games = [
+    "e2e4 e7e5 g1f3 b8c6 f1b5 a7a6 b5a4 g8f6 e1g1",
+    "e2e4 d7d5 e4e5 f7f5",  # en passant available: e5f6
+    "g2g4 e7e5 f2f3",  # Black mates with d8h4
+]
+ids = [chess_jax.uci_to_move_ids(g.split()) for g in games]
+width = max(len(x) for x in ids)
+moves = np.zeros((len(ids), width), np.int32)
+for i, x in enumerate(ids):
+    moves[i, : len(x)] = x
+lengths = np.array([len(x) for x in ids], np.int32)
+
+
+@jax.jit
+def legal(moves, lengths):  # the first use of pgx's rules is inside this trace
+    return chess_jax.legal_mask(chess_jax.replay(moves, lengths))
+
+
+mask = np.asarray(legal(moves, lengths))
+assert "pgx._src.games.chess" in sys.modules
+for row, game in zip(mask, games, strict=True):
+    board = chess.Board()
+    for m in game.split():
+        board.push_uci(m)
+    want = sorted(vocab.encode_move(m.uci()) for m in board.legal_moves)
+    assert np.flatnonzero(row).tolist() == want, (game, np.flatnonzero(row).tolist(), want)
+print("ok")
+"""
+
+
+def test_pgx_loads_at_first_use_even_inside_a_trace():
+    """pgx's rules (~0.4 s of eager JAX at import) load when a trace first needs them, not when
+    chess_jax is imported (a warm engine traces no chess rules); a first use inside ``jax.jit``
+    still gives python-chess's legal moves (pgx's tables are built eagerly, not staged into the
+    caller's trace). A fresh process: this one imported pgx long ago."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_USE_IN_A_TRACE], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

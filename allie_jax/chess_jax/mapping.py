@@ -8,11 +8,13 @@ and "a7a8q" for a pawn: ``KIND`` tells the rules which piece test to apply when 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from allie_jax import compat, vocab
 
-pgx_chess = compat.pgx_chess()  # pgx 2.6.0's chess rules (a private module: see compat)
+pgx_chess = compat.pgx_chess()  # pgx 2.6.0's chess rules (a private module, imported at first use)
 
 NUM_PGX_ACTIONS = 64 * 73  # 4672
 NO_ACTION = NUM_PGX_ACTIONS  # sentinel index of an always-False extra mask column
@@ -30,6 +32,7 @@ def vocab_to_pgx_square(square: int, color: int) -> int:
     return file * 8 + rank
 
 
+@functools.cache
 def _build() -> dict[str, np.ndarray]:
     to_plane = np.asarray(pgx_chess.TO_PLANE)
     table = vocab.move_table()
@@ -79,16 +82,26 @@ def _build() -> dict[str, np.ndarray]:
     )
 
 
-_TABLES = _build()
-#: int32 [2, 1968]: pgx action of each of our moves, per side to move (NO_ACTION if none).
-VOCAB_TO_PGX: np.ndarray = _TABLES["action"]
-#: int32 [1968]: KIND_NORMAL / KIND_QUEEN_PROMOTION / KIND_UNDERPROMOTION.
-MOVE_KIND: np.ndarray = _TABLES["kind"]
-#: int32 [2, 1968]: pgx (side-relative) from-square of each move.
-MOVE_FROM_PGX: np.ndarray = _TABLES["from_sq"]
-#: bool [2, 1968]: the move lands on the mover's last rank.
-MOVE_TO_LAST_RANK: np.ndarray = _TABLES["to_last_rank"]
-#: int32 [2, 4672]: our id of a pgx action when the mover is not a pawn (-1 if none).
-PGX_TO_VOCAB: np.ndarray = _TABLES["inverse"]
-#: int32 [2, 4672]: our id of a pgx action when the mover is a pawn (last rank = "q" promotion).
-PGX_TO_VOCAB_PAWN: np.ndarray = _TABLES["inverse_pawn"]
+#: The tables by name (numpy, built at first use, when pgx is imported):
+#: ``VOCAB_TO_PGX`` int32 [2, 1968]: pgx action of each of our moves, per side to move (NO_ACTION
+#: if none); ``MOVE_KIND`` int32 [1968]: KIND_NORMAL / KIND_QUEEN_PROMOTION / KIND_UNDERPROMOTION;
+#: ``MOVE_FROM_PGX`` int32 [2, 1968]: pgx (side-relative) from-square of each move;
+#: ``MOVE_TO_LAST_RANK`` bool [2, 1968]: the move lands on the mover's last rank;
+#: ``PGX_TO_VOCAB`` int32 [2, 4672]: our id of a pgx action when the mover is not a pawn (-1 if
+#: none); ``PGX_TO_VOCAB_PAWN`` int32 [2, 4672]: the same when the mover is a pawn (last rank =
+#: "q" promotion).
+_TABLE_NAMES = {
+    "VOCAB_TO_PGX": "action",
+    "MOVE_KIND": "kind",
+    "MOVE_FROM_PGX": "from_sq",
+    "MOVE_TO_LAST_RANK": "to_last_rank",
+    "PGX_TO_VOCAB": "inverse",
+    "PGX_TO_VOCAB_PAWN": "inverse_pawn",
+}
+
+
+def __getattr__(name: str) -> np.ndarray:
+    """``mapping.VOCAB_TO_PGX`` and the other tables, built at their first use (PEP 562)."""
+    if name in _TABLE_NAMES:
+        return _build()[_TABLE_NAMES[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ import numpy as np
 
 from allie_jax import compat
 
-pgx_chess = compat.pgx_chess()  # pgx 2.6.0's chess rules (a private module: see compat)
+pgx_chess = compat.pgx_chess()  # pgx 2.6.0's chess rules (a private module, imported at first use)
 
 PAWN, KNIGHT, BISHOP, ROOK, QUEEN, KING = 1, 2, 3, 4, 5, 6
 _DIRECTIONS = ((0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (1, -1), (-1, 1), (-1, -1))  # (file, rank)

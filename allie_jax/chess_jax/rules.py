@@ -28,7 +28,7 @@ import numpy as np
 from allie_jax import compat, vocab
 from allie_jax.chess_jax import mapping, movegen
 
-pgx_chess = compat.pgx_chess()  # pgx 2.6.0's chess rules (a private module: see compat)
+pgx_chess = compat.pgx_chess()  # pgx 2.6.0's chess rules (a private module, imported at first use)
 
 HISTORY = 150
 RULES = ("standard", "released")
@@ -58,10 +58,13 @@ _Z_COLOR = jnp.asarray(_rng.integers(0, 2**32, (2, 2), dtype=np.uint32))
 _Z_CASTLING = jnp.asarray(_rng.integers(0, 2**32, (4, 2), dtype=np.uint32))
 _Z_EP = jnp.asarray(_rng.integers(0, 2**32, (65, 2), dtype=np.uint32))  # index 64: none
 
-_VOCAB_TO_PGX = jnp.asarray(mapping.VOCAB_TO_PGX)
-_MOVE_KIND = jnp.asarray(mapping.MOVE_KIND)
-_MOVE_FROM = jnp.asarray(mapping.MOVE_FROM_PGX)
-_MOVE_TO_LAST = jnp.asarray(mapping.MOVE_TO_LAST_RANK)
+
+def _table(name: str) -> jax.Array:
+    """``mapping``'s table ``name`` as a constant of the program being traced (the tables, and
+    pgx, load at the first trace: an engine running stored executables never builds them)."""
+    return jnp.asarray(getattr(mapping, name))
+
+
 # pgx square (file-major) of dark squares: a1 is dark; (file + rank) even <=> dark.
 _DARK = jnp.asarray([(sq // 8 + sq % 8) % 2 == 0 for sq in range(64)])
 
@@ -148,7 +151,7 @@ def initial_state(batch_size: int, rules: str = "standard") -> ChessState:
 
 
 def _apply_one(s: ChessState, move_id: jax.Array) -> ChessState:
-    action = _VOCAB_TO_PGX[s.color, jnp.clip(move_id, 0, vocab.NUM_MOVES - 1)]
+    action = _table("VOCAB_TO_PGX")[s.color, jnp.clip(move_id, 0, vocab.NUM_MOVES - 1)]
     action = jnp.minimum(action, mapping.NUM_PGX_ACTIONS - 1)  # an illegal id must not crash
     g = pgx_chess._apply_move(_pgx_state(s), pgx_chess.Action._from_label(action))
     g = _flip(g)
@@ -169,13 +172,13 @@ def _apply_one(s: ChessState, move_id: jax.Array) -> ChessState:
 def _legal_mask_one(s: ChessState) -> jax.Array:
     pgx_mask = movegen.legal_action_mask(_pgx_state(s))
     pgx_mask = jnp.concatenate([pgx_mask, jnp.zeros((1,), jnp.bool_)])  # NO_ACTION column
-    legal = pgx_mask[_VOCAB_TO_PGX[s.color]]
-    pawn = s.board[_MOVE_FROM[s.color]] == PAWN
-    promoting = pawn & _MOVE_TO_LAST[s.color]
+    legal = pgx_mask[_table("VOCAB_TO_PGX")[s.color]]
+    pawn = s.board[_table("MOVE_FROM_PGX")[s.color]] == PAWN
+    promoting = pawn & _table("MOVE_TO_LAST_RANK")[s.color]
     piece_ok = jnp.where(
-        _MOVE_KIND == mapping.KIND_NORMAL,
+        _table("MOVE_KIND") == mapping.KIND_NORMAL,
         ~promoting,
-        jnp.where(_MOVE_KIND == mapping.KIND_QUEEN_PROMOTION, pawn, True),
+        jnp.where(_table("MOVE_KIND") == mapping.KIND_QUEEN_PROMOTION, pawn, True),
     )
     return legal & piece_ok
 
@@ -318,7 +321,7 @@ _CHILD_FROM, _CHILD_TO, _TWO_FILES = (jnp.asarray(x) for x in _quiet_tables())
 
 def _quiet(s: ChessState, mask: jax.Array) -> jax.Array:
     """bool [1968]: legal moves that can lead back to an earlier position (see below)."""
-    piece = s.board[_MOVE_FROM[s.color]].astype(jnp.int32)
+    piece = s.board[_table("MOVE_FROM_PGX")[s.color]].astype(jnp.int32)
     flipped_to = -jnp.flip(s.board.reshape(8, 8), axis=1).reshape(64)[_CHILD_TO[s.color]]
     quiet = mask & (piece != PAWN) & (flipped_to == EMPTY) & ~((piece == KING) & _TWO_FILES)
     return quiet & (s.halfmove >= 3)
@@ -333,7 +336,8 @@ def _child_counts_one(s: ChessState, moves: jax.Array) -> jax.Array:
     the last capture or pawn move.
     """
     color = s.color
-    piece = s.board[_MOVE_FROM[color][moves]].astype(jnp.int32)  # the mover's (positive) piece
+    # the mover's (positive) piece
+    piece = s.board[_table("MOVE_FROM_PGX")[color][moves]].astype(jnp.int32)
     flipped = -jnp.flip(s.board.reshape(8, 8), axis=1).reshape(64).astype(jnp.int32)
     base = jax.lax.reduce(
         _Z_BOARD[jnp.arange(64), flipped + 6], jnp.uint32(0), jax.lax.bitwise_xor, (0,)
