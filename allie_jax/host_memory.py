@@ -14,8 +14,8 @@ all threads share one malloc arena. That suits the processes that run the same p
 again (the UCI engine, matches, evaluation, the browser server), which call this first; training
 does not. ``ALLIE_JAX_HOST_MALLOC=system`` turns it off.
 
-It must run before JAX starts its CPU backend (before the first computation: importing pgx's
-chess tables counts): threads that already own an arena keep it. Later calls change nothing and
+It must run before JAX starts its CPU backend (before the first computation: importing the chess
+rules' tables counts): threads that already own an arena keep it. Later calls change nothing and
 return False.
 """
 

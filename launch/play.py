@@ -40,7 +40,7 @@ def main(argv: list[str]) -> None:
     from allie_jax.host_memory import keep_freed_host_memory
 
     keep_freed_host_memory()  # before JAX starts: XLA's temporaries stop faulting in each call
-    # the cache first: importing the engine runs JAX (pgx's chess tables), which it serves too
+    # the cache first: importing the engine runs JAX (the chess rules' tables); it serves them
     from allie_jax.engine.compile_cache import enable_compilation_cache
 
     if (_COMPILE_CACHE.value or "").lower() != "none":

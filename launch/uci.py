@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from allie_jax.engine.uci import run_uci
 
     def load():
-        # the cache first: importing the engine runs JAX (pgx's chess tables), which it serves
+        # the cache first: importing the engine runs JAX (the chess rules' tables), which it serves
         from allie_jax.engine.compile_cache import enable_compilation_cache
 
         if (args.compile_cache or "").lower() != "none":

@@ -9,7 +9,8 @@ JAX's cache still traces and lowers each function before the lookup, so the engi
 programs (``allie_jax.aot.jit``: the search, the rules, the forward) are also kept as whole
 serialized executables in ``DIR/executables`` (``allie_jax.aot``), which a later process loads
 without tracing. Call this before importing the model and chess code (``allie_jax.engine`` is
-light to import): pgx's chess tables run JAX at import time and hit the cache too.
+light to import): the chess rules' module-level tables run JAX at import time, and
+pgx's (loaded when a trace first needs the rules) too; both hit the cache.
 """
 
 from __future__ import annotations
