@@ -176,9 +176,9 @@ def pgx_chess() -> Any:
     (``_apply_move``, ``_is_attacked``, ``_is_checked``, the move tables). pgx's public ``Chess``
     env steps whole environments with its own observation; ``chess_jax`` needs the rules alone.
 
-    Imported at its first use, not when ``chess_jax`` is: its tables are ~0.4 s of eager JAX at
+    Imported at its first use, not when ``chess_jax`` is: it builds its tables with eager JAX at
     import, which an engine starting from stored executables (``aot``) never needs, since it
-    traces no chess rules."""
+    traces no chess rules (what that saves: bench/RESULTS.md)."""
     return _PGX_CHESS
 
 

@@ -426,7 +426,7 @@ print("ok")
 
 
 def test_pgx_loads_at_first_use_even_inside_a_trace():
-    """pgx's rules (~0.4 s of eager JAX at import) load when a trace first needs them, not when
+    """pgx's rules (eager JAX at import) load when a trace first needs them, not when
     chess_jax is imported (a warm engine traces no chess rules); a first use inside ``jax.jit``
     still gives python-chess's legal moves (pgx's tables are built eagerly, not staged into the
     caller's trace). A fresh process: this one imported pgx long ago."""
