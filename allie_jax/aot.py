@@ -135,7 +135,7 @@ _REPRS: dict[int, tuple[Any, str]] = {}
 
 def _stable_repr(value: Any) -> str:
     """``repr(value)`` for a key; a long one is remembered for the same object (a model's
-    graphdef, a static argument of most calls, is slow to print, and is printed for every call otherwise)."""
+    graphdef, a static argument of most calls, is slow to print, and every call would print it)."""
     kept = _REPRS.get(id(value))
     if kept is not None and kept[0] is value:
         return kept[1]
