@@ -53,7 +53,6 @@ def main() -> None:
     worktrees.add_arguments(p)
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
-    revisions = {"before": args.before, "after": args.after}
     with worktrees.benchmark_setup(args, "checkpoint_load_") as (root, trees, checkpoint):
         walls: dict[str, list[float]] = {name: [] for name in trees}
         loads = []
@@ -63,7 +62,7 @@ def main() -> None:
                 walls[name].append(wall)
                 loads.append(os.getloadavg()[0])
                 print(f"round {r} {name}: load_model {wall:.2f} s (CPU {cpu:.2f} s)", flush=True)
-        worktrees.report("first load", walls, revisions)
+        worktrees.report("first load", walls, worktrees.revisions(args))
         print(f"load average {min(loads):.2f}-{max(loads):.2f}")
 
 

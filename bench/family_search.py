@@ -18,7 +18,8 @@ it; the "before" side always runs one leaf, as older revisions only could).
 
 Models are random-initialised (speed does not depend on the weights): the `tiny` decoder (or
 ``--allie_size small``, ``bench/search.py``'s size; ``--preset`` picks its search preset),
-`board_tiny`; Maia is read from ``--maia_dir`` (maia-1500). Run under ``flock /work/bench.lock`` on a shared machine.
+`board_tiny`; Maia is read from ``--maia_dir`` (maia-1500). Run under
+``flock /work/bench.lock`` on a shared machine.
 """
 
 from __future__ import annotations
@@ -163,9 +164,9 @@ def main() -> None:
         sys.exit("--rounds, --sims, --leaf_batch and every --batches must be at least 1")
     old_package(args.before)
     rows = []
+    decoder = dict(allie_size=args.allie_size, preset=args.preset)
     for family in args.families:
         for batch in args.batches:
-            decoder = dict(allie_size=args.allie_size, preset=args.preset)
             fns = {
                 "before": runner(
                     "allie_jax_old", family, batch, args.sims, args.maia_dir, **decoder

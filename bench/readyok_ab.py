@@ -35,7 +35,6 @@ def main() -> None:
     p.add_argument("--mode", default="adaptive")
     p.add_argument("--leaf-batch", type=int, default=16)
     args = p.parse_args()
-    revisions = {"before": args.before, "after": args.after}
     with worktrees.benchmark_setup(args, "readyok_ab_") as (root, trees, checkpoint):
         times: dict[str, list[float]] = {name: [] for name in trees}
         if args.kind == "warm":
@@ -57,7 +56,7 @@ def main() -> None:
                 )
                 if args.kind == "cold":
                     shutil.rmtree(cache, ignore_errors=True)
-        worktrees.report(f"{args.kind} readyok", times, revisions)
+        worktrees.report(f"{args.kind} readyok", times, worktrees.revisions(args))
 
 
 if __name__ == "__main__":

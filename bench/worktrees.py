@@ -54,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--size", help="a ModelConfig.named size, saved with random weights")
 
 
+def revisions(args: argparse.Namespace) -> dict[str, str]:
+    """``{"before": rev, "after": rev}`` from ``add_arguments``' flags."""
+    return {"before": args.before, "after": args.after}
+
+
 @contextlib.contextmanager
 def benchmark_setup(
     args: argparse.Namespace, prefix: str
@@ -63,10 +68,9 @@ def benchmark_setup(
     one saved there with random weights). Yields ``(root, {name: tree}, checkpoint)``."""
     from readyok import save_random  # bench/readyok.py (on the path of every bench script)
 
-    revisions = {"before": args.before, "after": args.after}
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         root = Path(tmp)
-        with checked_out(revisions, root) as trees:
+        with checked_out(revisions(args), root) as trees:
             yield root, trees, args.checkpoint or str(save_random(args.size, root / "model"))
 
 

@@ -400,12 +400,7 @@ games = [
     "e2e4 d7d5 e4e5 f7f5",  # en passant available: e5f6
     "g2g4 e7e5 f2f3",  # Black mates with d8h4
 ]
-ids = [chess_jax.uci_to_move_ids(g.split()) for g in games]
-width = max(len(x) for x in ids)
-moves = np.zeros((len(ids), width), np.int32)
-for i, x in enumerate(ids):
-    moves[i, : len(x)] = x
-lengths = np.array([len(x) for x in ids], np.int32)
+moves, lengths = chess_jax.pad_move_ids([chess_jax.uci_to_move_ids(g.split()) for g in games])
 
 
 @jax.jit

@@ -175,10 +175,11 @@ def _legal_mask_one(s: ChessState) -> jax.Array:
     legal = pgx_mask[_table("VOCAB_TO_PGX")[s.color]]
     pawn = s.board[_table("MOVE_FROM_PGX")[s.color]] == PAWN
     promoting = pawn & _table("MOVE_TO_LAST_RANK")[s.color]
+    kind = _table("MOVE_KIND")
     piece_ok = jnp.where(
-        _table("MOVE_KIND") == mapping.KIND_NORMAL,
+        kind == mapping.KIND_NORMAL,
         ~promoting,
-        jnp.where(_table("MOVE_KIND") == mapping.KIND_QUEEN_PROMOTION, pawn, True),
+        jnp.where(kind == mapping.KIND_QUEEN_PROMOTION, pawn, True),
     )
     return legal & piece_ok
 
